@@ -1,0 +1,164 @@
+"""What the `crl` commands do, as plain functions that tests call directly."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from agent.config import Settings
+from agent.llm.base import ChatModel, GenerationConfig
+from agent.llm.factory import build_chat_model
+from agent.runner import EpisodePlan, Progress, Runner, RunnerStats
+from agent.runs import RunInfo, RunStore, RunSummary, new_run_id, summarise
+from agent.session import DEFAULT_STOP, LoopConfig
+from memory.episode_log import EpisodeLog
+from memory.trajectory import Episode
+from tasks.evaluation import wilson_interval
+from tasks.registry import fold_seeds, get_task, make_env
+
+
+@dataclass
+class RunResult:
+    """A finished (or interrupted-and-resumed) run: what was asked, what happened."""
+
+    info: RunInfo
+    episodes: list[Episode]
+    stats: RunnerStats
+
+    @property
+    def summary(self) -> RunSummary:
+        return summarise(self.episodes)
+
+    def report(self) -> dict:
+        """Success rate with a 95% interval, mean steps, invalid-action rate, throughput."""
+        s = self.summary
+        lo, hi = wilson_interval(s.successes, s.finished)
+        steps = [len(e.steps) for e in self.episodes if e.finished]
+        wall = max(self.stats.wall_seconds, 1e-9)
+        return {
+            "run_id": self.info.run_id,
+            "task": self.info.task,
+            "model": self.info.model,
+            "episodes": s.finished,
+            "successes": s.successes,
+            "success_rate": s.success_rate,
+            "ci95": [lo, hi],
+            "mean_steps": sum(steps) / len(steps) if steps else 0.0,
+            "invalid_action_rate": s.invalid_steps / s.steps if s.steps else 0.0,
+            "steps_per_s": self.stats.steps / wall,
+            "generated_tokens_per_s": self.stats.generated_tokens / wall,
+            "wall_seconds": self.stats.wall_seconds,
+        }
+
+
+def loop_config(settings: Settings, task: str) -> LoopConfig:
+    """The loop's guards for `task`: the task's own step limit unless the settings set one."""
+    spec = get_task(task)
+    a, llm = settings.agent, settings.llm
+    return LoopConfig(
+        max_steps=a.max_steps or spec.max_steps,
+        max_episode_tokens=a.max_episode_tokens,
+        max_episode_seconds=a.max_episode_seconds,
+        history_window=a.history_window,
+        max_observation_tokens=a.max_observation_tokens,
+        fuzzy_threshold=a.fuzzy_threshold,
+        reply_prefix=a.reply_prefix,
+        generation=GenerationConfig(
+            max_new_tokens=llm.max_new_tokens,
+            temperature=llm.temperature,
+            top_p=llm.top_p,
+            stop=list(DEFAULT_STOP),
+            seed=llm.seed,
+        ),
+    )
+
+
+def settings_snapshot(settings: Settings) -> dict:
+    """The settings as JSON-safe data with secrets masked."""
+    data = settings.model_dump(mode="json")
+    if data.get("llm", {}).get("api_key"):
+        data["llm"]["api_key"] = "***"
+    return data
+
+
+def start_run(
+    settings: Settings,
+    task: str,
+    episodes: int,
+    fold: str = "train",
+    seed_start: int = 0,
+    kind: str = "run",
+    model: ChatModel | None = None,
+    progress: Progress | None = None,
+    on_episode_end: Callable[[Episode], None] | None = None,
+) -> RunResult:
+    """Play `episodes` episodes of `task` on seeds of `fold` and log them as a new run."""
+    get_task(task)
+    seeds = fold_seeds(task, fold, episodes, seed_start)
+    model = model or build_chat_model(settings)
+    info = RunInfo(
+        run_id=new_run_id(),
+        kind=kind,
+        task=task,
+        seeds=seeds,
+        model=getattr(model, "name", ""),
+        adapter=settings.llm.adapter,
+        settings=settings_snapshot(settings) | {"fold": fold},
+    )
+    store = RunStore(settings.runs_dir)
+    store.create(info)
+    plans = [EpisodePlan(f"{info.run_id}-{i:04d}", seed) for i, seed in enumerate(seeds)]
+    return _execute(settings, store, info, plans, model, progress, on_episode_end)
+
+
+def resume_run(
+    settings: Settings,
+    run_id: str,
+    model: ChatModel | None = None,
+    progress: Progress | None = None,
+    on_episode_end: Callable[[Episode], None] | None = None,
+) -> RunResult:
+    """Continue run `run_id`: finished episodes are kept, an interrupted one is replayed from
+    its logged steps and continued, the rest are played."""
+    store = RunStore(settings.runs_dir)
+    info = store.load(run_id)
+    logged = {e.episode_id: e for e in store.episodes(run_id)}
+    model = model or build_chat_model(settings)
+    plans = []
+    for i, seed in enumerate(info.seeds):
+        eid = f"{run_id}-{i:04d}"
+        ep = logged.get(eid)
+        if ep is None:
+            plans.append(EpisodePlan(eid, seed))
+        elif not ep.finished:
+            plans.append(EpisodePlan(eid, seed, logged=ep))
+    info.status = "running"
+    return _execute(settings, store, info, plans, model, progress, on_episode_end)
+
+
+def _execute(
+    settings: Settings,
+    store: RunStore,
+    info: RunInfo,
+    plans: list[EpisodePlan],
+    model: ChatModel,
+    progress: Progress | None,
+    on_episode_end: Callable[[Episode], None] | None,
+) -> RunResult:
+    with EpisodeLog(store.log_path(info.run_id)) as log:
+        runner = Runner(
+            model=model,
+            make_env=lambda: make_env(info.task),
+            log=log,
+            config=loop_config(settings, info.task),
+            run_id=info.run_id,
+            task=info.task,
+            adapter=info.adapter,
+            on_episode_end=on_episode_end,
+        )
+        stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
+    info.status = "finished"
+    info.finished_at = time.time()
+    store.save(info)
+    return RunResult(info, store.episodes(info.run_id), stats)

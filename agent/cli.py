@@ -1,0 +1,320 @@
+"""The `crl` command line: thin wrappers over `agent.app` with rich output and `--json`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent.cli_progress import EpisodeProgress
+from agent.config import Settings, explain_settings, load_settings
+from agent.llm.base import LLMError
+from agent.llm.factory import choose_model
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(
+    help="Complementary RL: LLM agents that get better by reusing their own experience.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+_STATE: dict[str, Any] = {"config": None, "home": None}
+
+
+@app.callback()
+def main(
+    config: Optional[Path] = typer.Option(None, "--config", help="TOML config file (default ./crl.toml)."),
+    home: Optional[Path] = typer.Option(None, "--home", help="Data directory (default ./.crl, or $CRL_HOME)."),
+) -> None:
+    """Global options shared by every command."""
+    _STATE["config"] = config
+    _STATE["home"] = home
+
+
+def _overrides(**flags: Any) -> dict[str, Any]:
+    """CLI flags as a nested settings dict; `None` means not given."""
+    nested: dict[str, Any] = {}
+    if _STATE["home"] is not None:
+        nested["home"] = _STATE["home"]
+    for dotted, value in flags.items():
+        if value is None:
+            continue
+        section, _, key = dotted.partition("__")
+        if key:
+            nested.setdefault(section, {})[key] = value
+        else:
+            nested[section] = value
+    return nested
+
+
+def _settings(overrides: dict[str, Any]) -> Settings:
+    return load_settings(overrides, _STATE["config"])
+
+
+def friendly_errors(fn):
+    """Turn the errors a user can fix into one red line and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FileNotFoundError, LLMError, PermissionError) as exc:
+            err.print(f"[bold red]error:[/] {exc}")
+            raise typer.Exit(1)
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted[/]: every finished step is in the run's log; continue with --resume RUN_ID")
+            raise typer.Exit(130)
+
+    return wrapper
+
+
+def _model_flags(model, backend, base_url, adapter) -> dict[str, Any]:
+    return {"llm__model": model, "llm__backend": backend, "llm__base_url": base_url, "llm__adapter": adapter}
+
+
+ModelOpt = typer.Option(None, "--model", help="Hub id, folder, .gguf file, or remote model name.")
+BackendOpt = typer.Option(None, "--backend", help="local, openai or auto.")
+BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (implies --backend openai).")
+AdapterOpt = typer.Option(None, "--adapter", help="LoRA adapter folder for a local model.")
+JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+
+
+def _print_report(report: dict, title: str) -> None:
+    table = Table(title=title, show_header=False)
+    lo, hi = report["ci95"]
+    table.add_row("run", report["run_id"])
+    table.add_row("task", report["task"])
+    table.add_row("model", report["model"])
+    table.add_row("episodes", str(report["episodes"]))
+    table.add_row("success rate", f"{report['success_rate']:.1%}  (95% CI {lo:.1%} – {hi:.1%})")
+    table.add_row("mean steps", f"{report['mean_steps']:.1f}")
+    table.add_row("invalid-action rate", f"{report['invalid_action_rate']:.1%}")
+    table.add_row("throughput", f"{report['steps_per_s']:.2f} steps/s, {report['generated_tokens_per_s']:.1f} gen tok/s")
+    table.add_row("wall time", f"{report['wall_seconds']:.1f} s")
+    out.print(table)
+
+
+@app.command()
+@friendly_errors
+def run(
+    task: str = typer.Argument(..., help="Task name, e.g. keyroom/key (see `crl tasks`)."),
+    episodes: int = typer.Option(10, "--episodes", "-n", help="Episodes to play."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
+    seed: int = typer.Option(0, "--seed", help="Offset into the task's train seeds."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run by id."),
+    model: Optional[str] = ModelOpt,
+    backend: Optional[str] = BackendOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    adapter: Optional[str] = AdapterOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Play episodes of a task with the agent and log every step."""
+    from agent import app as crl
+
+    settings = _settings(
+        _overrides(agent__parallel=parallel, agent__max_steps=max_steps, **_model_flags(model, backend, base_url, adapter))
+    )
+    if resume:
+        info = crl.RunStore(settings.runs_dir).load(resume)
+        total, task = len(info.seeds), info.task
+        done = sum(1 for e in crl.RunStore(settings.runs_dir).episodes(resume) if e.finished)
+    else:
+        crl.get_task(task)
+        total, done = episodes, 0
+    with EpisodeProgress(total, err, initial=done, description=task) as progress:
+        if resume:
+            result = crl.resume_run(settings, resume, progress=progress)
+        else:
+            result = crl.start_run(settings, task, episodes, seed_start=seed, progress=progress)
+    report = result.report()
+    if as_json:
+        out.print_json(json.dumps(report))
+    else:
+        _print_report(report, f"crl run {task}")
+
+
+@app.command("eval")
+@friendly_errors
+def evaluate(
+    task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
+    fold: str = typer.Option("dev", "--fold", help="dev or test seeds."),
+    episodes: int = typer.Option(20, "--episodes", "-n", help="Episodes to evaluate."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-k"),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps"),
+    model: Optional[str] = ModelOpt,
+    backend: Optional[str] = BackendOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    adapter: Optional[str] = AdapterOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Success rate (with a 95% interval), mean steps and invalid-action rate on held-out seeds."""
+    from agent import app as crl
+
+    if fold not in ("dev", "test"):
+        raise ValueError("--fold must be dev or test (train seeds are for collecting experience)")
+    settings = _settings(
+        _overrides(agent__parallel=parallel, agent__max_steps=max_steps, **_model_flags(model, backend, base_url, adapter))
+    )
+    crl.get_task(task)
+    with EpisodeProgress(episodes, err, description=f"eval {task} [{fold}]") as progress:
+        result = crl.start_run(settings, task, episodes, fold=fold, kind="eval", progress=progress)
+    report = result.report() | {"fold": fold}
+    if as_json:
+        out.print_json(json.dumps(report))
+    else:
+        _print_report(report, f"crl eval {task} ({fold} fold)")
+
+
+@app.command()
+@friendly_errors
+def tasks(as_json: bool = JsonOpt) -> None:
+    """List the tasks, their step limits and seed folds."""
+    from tasks.registry import list_tasks
+
+    specs = list_tasks()
+    rows = [
+        {
+            "name": s.name,
+            "max_steps": s.max_steps,
+            "train": f"{s.folds.train.start}-{s.folds.train.stop - 1}",
+            "dev": f"{s.folds.dev.start}-{s.folds.dev.stop - 1}",
+            "test": f"{s.folds.test.start}-{s.folds.test.stop - 1}",
+            "description": s.description,
+        }
+        for s in specs
+    ]
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table(title="tasks")
+    table.add_column("name", no_wrap=True, style="bold")
+    table.add_column("steps", justify="right")
+    table.add_column("description")
+    table.add_column("seed folds", no_wrap=True)
+    for r in rows:
+        folds = f"train {r['train']}\ndev {r['dev']}\ntest {r['test']}"
+        table.add_row(r["name"], str(r["max_steps"]), r["description"], folds)
+    out.print(table)
+
+
+@app.command()
+@friendly_errors
+def models(
+    model: Optional[str] = ModelOpt,
+    backend: Optional[str] = BackendOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    adapter: Optional[str] = AdapterOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Which backend and model a command would use, and why."""
+    settings = _settings(_overrides(**_model_flags(model, backend, base_url, adapter)))
+    choice = choose_model(settings.llm)
+    row = {"backend": choice.backend, "model": choice.model, "adapter": choice.adapter, "reason": choice.reason}
+    if choice.backend == "local" and settings.llm.model is None:
+        row["cache"] = str(settings.models_dir)
+    if as_json:
+        out.print_json(json.dumps(row))
+        return
+    table = Table(show_header=False, title="model in effect")
+    for k, v in row.items():
+        table.add_row(k, str(v))
+    out.print(table)
+
+
+@app.command("config")
+@friendly_errors
+def show_config(as_json: bool = JsonOpt) -> None:
+    """The effective configuration and where each value came from (secrets masked)."""
+    overrides = _overrides()
+    settings = _settings(overrides)
+    rows = explain_settings(settings, overrides, _STATE["config"])
+    if as_json:
+        out.print_json(json.dumps([{"key": k, "value": v, "source": s} for k, v, s in rows], default=str))
+        return
+    table = Table(title="configuration")
+    table.add_column("key")
+    table.add_column("value")
+    table.add_column("source")
+    for k, v, s in rows:
+        table.add_row(k, repr(v) if v is None else str(v), s)
+    out.print(table)
+
+
+@app.command()
+@friendly_errors
+def runs(as_json: bool = JsonOpt) -> None:
+    """List runs with their outcome so far."""
+    from agent.runs import RunStore, summarise
+
+    store = RunStore(_settings(_overrides()).runs_dir)
+    rows = []
+    for info in store.list():
+        s = summarise(store.episodes(info.run_id))
+        rows.append(
+            {
+                "run_id": info.run_id,
+                "kind": info.kind,
+                "task": info.task,
+                "model": info.model,
+                "status": info.status,
+                "episodes": f"{s.finished}/{len(info.seeds)}",
+                "success_rate": s.success_rate,
+            }
+        )
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table(title=f"runs in {store.dir}")
+    for col in ("run_id", "kind", "task", "model", "status", "episodes", "success"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["run_id"], r["kind"], r["task"], r["model"], r["status"], r["episodes"], f"{r['success_rate']:.0%}")
+    out.print(table)
+
+
+@app.command()
+@friendly_errors
+def show(
+    run_id: str = typer.Argument(..., help="Run id (see `crl runs`)."),
+    episode: Optional[int] = typer.Argument(None, help="Episode number within the run; all when omitted."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Pretty-print a run's trajectories: observation, thought, action, reward."""
+    from agent.render import render_episode
+    from agent.runs import RunStore
+
+    store = RunStore(_settings(_overrides()).runs_dir)
+    store.load(run_id)
+    episodes = store.episodes(run_id)
+    if episode is not None:
+        wanted = f"{run_id}-{episode:04d}"
+        episodes = [e for e in episodes if e.episode_id == wanted]
+        if not episodes:
+            raise ValueError(f"run {run_id} has no episode {episode}")
+    if as_json:
+        out.print_json(json.dumps([e.to_dict() for e in episodes]))
+        return
+    for e in episodes:
+        render_episode(out, e)
+
+
+def entrypoint() -> None:  # pragma: no cover
+    app(prog_name="crl")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,216 @@
+"""The one configuration object: defaults < `crl.toml` < environment `CRL_*` < CLI flags.
+
+Sections are nested models; in the environment a nested field is `CRL_<SECTION>__<FIELD>`
+(for example `CRL_LLM__BACKEND=openai`), and the data directory is `CRL_HOME`. The TOML file
+is `./crl.toml`, or the path in `CRL_CONFIG`, or `--config`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "CRL_"
+NESTED_DELIMITER = "__"
+DEFAULT_CONFIG_FILE = "crl.toml"
+
+
+class LLMSettings(BaseModel):
+    """Which model acts, and how it decodes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["auto", "local", "openai"] = Field(
+        "auto",
+        description="auto: openai when base_url is set, else local (the embedded model when no model is set).",
+    )
+    model: str | None = Field(
+        None,
+        description="Hub id, local folder or .gguf file (local), or model name (openai). Unset: embedded SmolLM2-135M-Instruct.",
+    )
+    adapter: str | None = Field(None, description="LoRA adapter folder to load on a local model.")
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp)."
+    )
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    api_key: SecretStr | None = Field(None, description="API key (prefer api_key_env; never logged).")
+    timeout_s: float = Field(60.0, description="Per-request timeout of the openai backend.")
+    max_retries: int = Field(3, description="Retries with backoff on 429, 5xx and connection errors.")
+    device: str = Field("auto", description="auto, cpu or cuda (local backend).")
+    dtype: str = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32.")
+    temperature: float = Field(0.0, description="0 is greedy decoding.")
+    top_p: float = Field(1.0, description="Nucleus sampling mass when temperature > 0.")
+    max_new_tokens: int = Field(48, description="Most tokens generated per agent step.")
+    seed: int | None = Field(0, description="Sampling seed for reproducible runs.")
+
+
+class AgentSettings(BaseModel):
+    """The agent loop and its guards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int | None = Field(None, description="Step limit per episode; unset: the task's own limit.")
+    max_episode_tokens: int = Field(
+        200_000, description="Token budget per episode (prompt + completion, summed over steps)."
+    )
+    max_episode_seconds: float = Field(600.0, description="Wall-clock limit per episode.")
+    history_window: int = Field(4, description="Recent steps shown in the prompt.")
+    max_observation_tokens: int = Field(
+        400, description="Observations longer than this are shortened in the prompt."
+    )
+    parallel: int = Field(8, description="Episodes played at once, their prompts batched together.")
+    reply_prefix: str = Field(
+        "Thought:", description="Text the reply is primed with (local backend); '' for none."
+    )
+    fuzzy_threshold: float = Field(
+        0.75, description="Similarity needed to map a reply onto an admissible action."
+    )
+
+
+class Settings(BaseSettings):
+    """Effective configuration of a `crl` command."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED_DELIMITER,
+        extra="forbid",
+        toml_file=None,
+    )
+
+    home: Path = Field(Path(".crl"), description="Data directory: runs, memory, adapters, datasets, model cache.")
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_path = _CONFIG_FILE_CONTEXT.get("path")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+
+_CONFIG_FILE_CONTEXT: dict[str, Path | None] = {"path": None}
+
+
+def config_file_path(explicit: str | Path | None = None) -> Path | None:
+    """The TOML file in effect: `explicit`, else `$CRL_CONFIG`, else `./crl.toml` if it exists."""
+    if explicit:
+        p = Path(explicit)
+        if not p.exists():
+            raise FileNotFoundError(f"config file {p} does not exist")
+        return p
+    env = os.environ.get(ENV_PREFIX + "CONFIG")
+    if env:
+        p = Path(env)
+        if not p.exists():
+            raise FileNotFoundError(f"config file {p} (from ${ENV_PREFIX}CONFIG) does not exist")
+        return p
+    p = Path(DEFAULT_CONFIG_FILE)
+    return p if p.exists() else None
+
+
+def load_settings(
+    overrides: dict[str, Any] | None = None, config_file: str | Path | None = None
+) -> Settings:
+    """Build the settings from all layers; `overrides` are CLI flags as a nested dict.
+
+    Nested sections are deep-merged across layers, so
+    `load_settings({"llm": {"backend": "openai"}})` overrides only `llm.backend` and keeps
+    `llm.model` from `CRL_LLM__MODEL` or `crl.toml`.
+    """
+    path = config_file_path(config_file)
+    _CONFIG_FILE_CONTEXT["path"] = path
+    try:
+        return Settings(**(overrides or {}))
+    finally:
+        _CONFIG_FILE_CONTEXT["path"] = None
+
+
+def _toml_layer(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def _env_layer() -> dict[str, Any]:
+    """`CRL_*` variables as a nested dict of raw strings (names lower-cased)."""
+    out: dict[str, Any] = {}
+    for name, value in os.environ.items():
+        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
+            continue
+        parts = name[len(ENV_PREFIX) :].lower().split(NESTED_DELIMITER)
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[parts[-1]] = value
+    return out
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def explain_settings(
+    settings: Settings, overrides: dict[str, Any] | None = None, config_file: str | Path | None = None
+) -> list[tuple[str, Any, str]]:
+    """Each effective value as `(dotted.name, value, source)`, secrets masked.
+
+    The source is one of `default`, the TOML file's path, `env CRL_...` or `flag`.
+    """
+    path = config_file_path(config_file)
+    toml_keys = set(_flatten(_toml_layer(path)))
+    env_keys = set(_flatten(_env_layer()))
+    flag_keys = set(_flatten(overrides or {}))
+    rows = []
+    for key, value in _flatten(settings.model_dump()).items():
+        if key in flag_keys:
+            source = "flag"
+        elif key in env_keys:
+            source = "env " + ENV_PREFIX + key.upper().replace(".", NESTED_DELIMITER)
+        elif key in toml_keys:
+            source = str(path)
+        else:
+            source = "default"
+        if isinstance(value, SecretStr):
+            value = "***" if value.get_secret_value() else ""
+        elif isinstance(value, Path):
+            value = str(value)
+        rows.append((key, value, source))
+    return rows

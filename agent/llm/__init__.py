@@ -1,0 +1,5 @@
+"""LLM backends behind one chat protocol (`ChatModel`)."""
+
+from agent.llm.base import ChatModel, Completion, GenerationConfig, LLMError, Message
+
+__all__ = ["ChatModel", "Completion", "GenerationConfig", "LLMError", "Message"]

@@ -1,0 +1,161 @@
+"""Play many episodes at once: K environments in lock-step, their prompts sent to the model
+as one batch, every step appended to the run's episode log as it happens."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol
+
+from agent.llm.base import ChatModel, Completion, Message
+from agent.session import EpisodeSession, LoopConfig
+from memory.episode_log import EpisodeLog
+from memory.trajectory import Episode, Step
+from tasks.base import TextEnv
+
+
+class Progress(Protocol):
+    """What the runner reports while it works (the CLI draws a progress bar from it)."""
+
+    def episode_done(self, episode: Episode) -> None: ...
+
+    def steps_done(self, n: int) -> None: ...
+
+
+@dataclass
+class EpisodePlan:
+    """One episode to play: its id and seed, and the steps already logged when resuming."""
+
+    episode_id: str
+    seed: int
+    logged: Episode | None = None
+
+
+@dataclass
+class RunnerStats:
+    """Totals of one `Runner.run` call."""
+
+    steps: int = 0
+    generated_tokens: int = 0
+    prompt_tokens: int = 0
+    model_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    episodes: list[Episode] = field(default_factory=list)
+
+
+class Runner:
+    """Runs episodes of one task with one model, `parallel` at a time.
+
+    Args:
+        model: the chat model; one `generate` call per lock-step for all active episodes.
+        make_env: builds an environment; called at most `parallel` times and reused.
+        log: the run's episode log; every start, step and end is appended and flushed.
+        config: the loop's guards and prompt shape.
+        run_id, task, model_name, adapter: copied onto every episode record.
+        on_episode_end: called with each finished episode (memory ingestion hooks in here).
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        make_env: Callable[[], TextEnv],
+        log: EpisodeLog,
+        config: LoopConfig,
+        run_id: str,
+        task: str,
+        model_name: str = "",
+        adapter: str | None = None,
+        on_episode_end: Callable[[Episode], None] | None = None,
+    ):
+        self.model = model
+        self.make_env = make_env
+        self.log = log
+        self.config = config
+        self.run_id = run_id
+        self.task = task
+        self.model_name = model_name or getattr(model, "name", "")
+        self.adapter = adapter
+        self.on_episode_end = on_episode_end
+
+    def count_text_tokens(self, text: str) -> int:
+        """Tokens of `text` as the model counts them (without chat overhead)."""
+        return self.model.count_tokens([{"role": "user", "content": text}])
+
+    def _start(self, env: TextEnv, plan: EpisodePlan) -> EpisodeSession:
+        fresh = plan.logged is None
+        episode = Episode(
+            episode_id=plan.episode_id,
+            run_id=self.run_id,
+            task=self.task,
+            seed=plan.seed,
+            goal="",
+            model=self.model_name,
+            adapter=self.adapter,
+        )
+        if not fresh:
+            episode.started_at = plan.logged.started_at
+        session = EpisodeSession(env, episode, self.config, self.count_text_tokens)
+        if fresh:
+            self.log.start(episode)
+        else:
+            session.replay(plan.logged.steps)
+        return session
+
+    def run(self, plans: Iterable[EpisodePlan], parallel: int = 1, progress: Progress | None = None) -> RunnerStats:
+        """Play every planned episode; returns the finished episodes in completion order."""
+        stats = RunnerStats()
+        t0 = time.monotonic()
+        pending = list(plans)
+        pending.reverse()
+        envs = [self.make_env() for _ in range(max(1, min(parallel, len(pending))))]
+        active: list[EpisodeSession | None] = [None] * len(envs)
+        try:
+            while True:
+                for slot, env in enumerate(envs):
+                    while active[slot] is None and pending:
+                        session = self._start(env, pending.pop())
+                        if session.finished:
+                            self._end(session, stats, progress)
+                        else:
+                            active[slot] = session
+                live = [(i, s) for i, s in enumerate(active) if s is not None]
+                if not live:
+                    break
+                batch: list[list[Message]] = [s.messages() for _, s in live]
+                t = time.monotonic()
+                completions = self.model.generate(batch, self.config.generation)
+                stats.model_seconds += time.monotonic() - t
+                if len(completions) != len(batch):
+                    raise RuntimeError(
+                        f"model returned {len(completions)} replies for a batch of {len(batch)}"
+                    )
+                for (slot, session), completion in zip(live, completions):
+                    step = session.apply(completion)
+                    self._record(session, step, completion, stats)
+                    if session.finished:
+                        self._end(session, stats, progress)
+                        active[slot] = None
+                if progress is not None:
+                    progress.steps_done(len(live))
+        finally:
+            for env in envs:
+                try:
+                    env.close()
+                except Exception:
+                    pass
+            stats.wall_seconds = time.monotonic() - t0
+        return stats
+
+    def _record(self, session: EpisodeSession, step: Step, completion: Completion, stats: RunnerStats) -> None:
+        self.log.step(session.episode.episode_id, step)
+        stats.steps += 1
+        stats.generated_tokens += completion.completion_tokens
+        stats.prompt_tokens += completion.prompt_tokens
+
+    def _end(self, session: EpisodeSession, stats: RunnerStats, progress: Progress | None) -> None:
+        self.log.end(session.episode)
+        stats.episodes.append(session.episode)
+        if self.on_episode_end is not None:
+            self.on_episode_end(session.episode)
+        if progress is not None:
+            progress.episode_done(session.episode)

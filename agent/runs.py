@@ -1,0 +1,117 @@
+"""Runs on disk: `<home>/runs/<run_id>/run.json` (what was asked) and `episodes.jsonl` (the
+episode log). A run can be listed, shown and resumed from these two files alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memory.episode_log import read_episodes
+from memory.trajectory import Episode
+
+RUN_FILE = "run.json"
+LOG_FILE = "episodes.jsonl"
+
+
+@dataclass
+class RunInfo:
+    """What a run was asked to do; written once at the start, updated at the end."""
+
+    run_id: str
+    kind: str
+    task: str
+    seeds: list[int]
+    model: str
+    adapter: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    status: str = "running"
+
+
+@dataclass
+class RunSummary:
+    """Outcome figures of a run computed from its log."""
+
+    episodes: int
+    finished: int
+    successes: int
+    steps: int
+    invalid_steps: int
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.finished if self.finished else 0.0
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id such as `20261129-221530-3fa2`."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+class RunStore:
+    """The runs under one data directory."""
+
+    def __init__(self, runs_dir: str | Path):
+        self.dir = Path(runs_dir)
+
+    def path(self, run_id: str) -> Path:
+        return self.dir / run_id
+
+    def log_path(self, run_id: str) -> Path:
+        return self.path(run_id) / LOG_FILE
+
+    def create(self, info: RunInfo) -> Path:
+        """Create the run folder and write `run.json`."""
+        p = self.path(info.run_id)
+        p.mkdir(parents=True, exist_ok=False)
+        self.save(info)
+        return p
+
+    def save(self, info: RunInfo) -> None:
+        """Write `run.json` atomically."""
+        p = self.path(info.run_id) / RUN_FILE
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(info), indent=2, default=str))
+        os.replace(tmp, p)
+
+    def load(self, run_id: str) -> RunInfo:
+        """The run's `run.json`, or a clear error naming `crl runs`."""
+        p = self.path(run_id) / RUN_FILE
+        if not p.exists():
+            raise FileNotFoundError(f"no run {run_id!r} under {self.dir} (see `crl runs`)")
+        return RunInfo(**json.loads(p.read_text()))
+
+    def episodes(self, run_id: str) -> list[Episode]:
+        """Every episode in the run's log, finished or not."""
+        return read_episodes(self.log_path(run_id))
+
+    def list(self) -> list[RunInfo]:
+        """All runs, oldest first."""
+        if not self.dir.exists():
+            return []
+        infos = []
+        for p in sorted(self.dir.iterdir()):
+            if (p / RUN_FILE).exists():
+                try:
+                    infos.append(self.load(p.name))
+                except (ValueError, TypeError):
+                    continue
+        return infos
+
+
+def summarise(episodes: list[Episode]) -> RunSummary:
+    """Counts over `episodes` (only finished ones count towards success)."""
+    finished = [e for e in episodes if e.finished]
+    return RunSummary(
+        episodes=len(episodes),
+        finished=len(finished),
+        successes=sum(1 for e in finished if e.success),
+        steps=sum(len(e.steps) for e in episodes),
+        invalid_steps=sum(e.invalid_steps for e in episodes),
+    )

@@ -1,0 +1,154 @@
+"""One live episode: builds the prompt for the next step, applies the model's reply, enforces
+the guards. The runner drives many sessions at once."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from agent.llm.base import Completion, GenerationConfig, Message
+from agent.parsing import parse_reply
+from memory.trajectory import Episode, Step
+from prompts.agent_prompt import HistoryItem, build_agent_messages
+from prompts.budget import TokenCount, truncate_middle
+from tasks.base import Observation, TextEnv
+
+DEFAULT_STOP = ["\n\n", "\nThought:", "\nObservation", "\nGoal:", "\n>"]
+
+
+@dataclass
+class LoopConfig:
+    """Guards and prompt shape of the agent loop (see `AgentSettings` for the meaning)."""
+
+    max_steps: int = 20
+    max_episode_tokens: int = 200_000
+    max_episode_seconds: float = 600.0
+    history_window: int = 4
+    max_observation_tokens: int = 400
+    fuzzy_threshold: float = 0.75
+    reply_prefix: str = "Thought:"
+    generation: GenerationConfig = field(
+        default_factory=lambda: GenerationConfig(max_new_tokens=48, stop=list(DEFAULT_STOP))
+    )
+
+
+class EpisodeSession:
+    """Plays one episode on `env`; `episode` accumulates the trajectory as it goes."""
+
+    def __init__(self, env: TextEnv, episode: Episode, config: LoopConfig, count: TokenCount):
+        self.env = env
+        self.episode = episode
+        self.config = config
+        self._count = count
+        self.observation: Observation = env.reset(episode.seed)
+        self.episode.goal = self.observation.goal
+        self.history: list[HistoryItem] = []
+        self.feedback: str | None = None
+        self.tokens_used = 0
+        self._started = time.monotonic()
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def replay(self, steps: list[Step]) -> None:
+        """Re-apply logged steps (for `--resume`): the environment is deterministic per seed,
+        so stepping the logged actions restores the state the run was killed in."""
+        for step in steps:
+            if step.valid and step.action:
+                obs, _, _, info = self.env.step(step.action)
+                self._advance(step.action, obs, step, info)
+            else:
+                self.feedback = step.extra.get("feedback")
+            self.episode.steps.append(step)
+            self.tokens_used += step.prompt_tokens + step.completion_tokens
+        if steps:
+            self._check_guards(steps[-1])
+
+    def messages(self) -> list[Message]:
+        """The chat prompt for the next step."""
+        obs_text = truncate_middle(
+            self.observation.text, self.config.max_observation_tokens, self._count
+        )
+        return build_agent_messages(
+            goal=self.observation.goal,
+            observation=obs_text,
+            admissible=self.observation.admissible_actions,
+            history=self.history[-self.config.history_window :] if self.config.history_window else [],
+            feedback=self.feedback,
+            reply_prefix=self.config.reply_prefix,
+        )
+
+    def apply(self, completion: Completion, decided_by: str = "llm") -> Step:
+        """Parse the reply, act on the environment, record the step and check the guards."""
+        raw = completion.text
+        if self.config.reply_prefix:
+            raw = self.config.reply_prefix + raw
+        parsed = parse_reply(raw, self.observation.admissible_actions, self.config.fuzzy_threshold)
+        step = Step(
+            index=len(self.episode.steps),
+            observation=self.observation.text,
+            admissible_actions=self.observation.admissible_actions,
+            raw_output=raw,
+            thought=parsed.thought,
+            action=parsed.action or "",
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            latency_s=completion.latency_s,
+            decided_by=decided_by,
+            extra={"match": parsed.match, "raw_action": parsed.raw_action},
+        )
+        self.tokens_used += completion.prompt_tokens + completion.completion_tokens
+        if parsed.action is None:
+            step.valid = False
+            self.feedback = parsed.error
+            step.extra["feedback"] = parsed.error
+            self.history.append(HistoryItem(parsed.raw_action or "(no action)", parsed.error or ""))
+        else:
+            try:
+                obs, reward, done, info = self.env.step(parsed.action)
+            except Exception as exc:  # an engine crash ends this episode, not the run
+                step.valid = False
+                step.info = {"error": repr(exc)}
+                self.episode.steps.append(step)
+                self._finish("error", f"environment error: {exc!r}")
+                return step
+            step.reward, step.done, step.info = float(reward), bool(done), dict(info)
+            step.valid = not info.get("invalid", False)
+            self._advance(parsed.action, obs, step, info)
+        self.episode.steps.append(step)
+        self._check_guards(step)
+        return step
+
+    def _advance(self, action: str, obs: Observation, step: Step, info: dict) -> None:
+        key = (self.observation.text, action)
+        repeats = self._seen.get(key, 0)
+        self._seen[key] = repeats + 1
+        self.feedback = None
+        if repeats:
+            step.extra["repeat"] = repeats
+            self.feedback = f"You already did '{action}' in this same situation; try something else."
+        self.history.append(HistoryItem(action, obs.text))
+        self.observation = obs
+        self.episode.total_return += float(step.reward)
+        subgoals = info.get("subgoals")
+        if isinstance(subgoals, dict):
+            self.episode.subgoals = {k: bool(v) for k, v in subgoals.items()}
+        if step.done:
+            self.episode.success = bool(info.get("success", step.reward > 0))
+
+    def _check_guards(self, step: Step) -> None:
+        if step.done:
+            self._finish("done", "success" if self.episode.success else "environment ended the episode")
+        elif len(self.episode.steps) >= self.config.max_steps:
+            self._finish("truncated", f"max_steps ({self.config.max_steps})")
+        elif self.tokens_used >= self.config.max_episode_tokens:
+            self._finish("truncated", f"token budget ({self.config.max_episode_tokens})")
+        elif time.monotonic() - self._started >= self.config.max_episode_seconds:
+            self._finish("truncated", f"wall clock ({self.config.max_episode_seconds:.0f}s)")
+
+    def _finish(self, status: str, reason: str) -> None:
+        self.episode.status = status
+        self.episode.end_reason = reason
+        self.episode.ended_at = time.time()
+
+    @property
+    def finished(self) -> bool:
+        return self.episode.finished

@@ -1,0 +1,1 @@
+"""Prompt templates (Jinja2 files) and token-budgeted prompt assembly."""

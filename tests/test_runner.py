@@ -1,0 +1,131 @@
+"""The agent loop and the parallel runner, driven by a scripted model on keyroom."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.app import resume_run, start_run
+from agent.config import load_settings
+from agent.llm.scripted import ScriptedModel
+from agent.runs import RunStore
+from memory.episode_log import EpisodeLog, read_episodes
+from tasks.keyroom import solve
+from tasks.registry import fold_seeds
+
+
+def settings_for(home, **agent):
+    return load_settings({"home": str(home), "agent": agent})
+
+
+def solver_replies(task: str, seeds: list[int]) -> list[str]:
+    variant = task.split("/")[1]
+    return [f" I know the way.\nAction: {a}" for s in seeds for a in solve(s, variant)]
+
+
+def test_solver_script_wins_every_episode_and_logs_every_step(crl_home):
+    task, n = "keyroom/key", 3
+    seeds = fold_seeds(task, "train", n)
+    model = ScriptedModel(solver_replies(task, seeds))
+    result = start_run(settings_for(crl_home, parallel=1), task, n, model=model)
+    assert [e.success for e in result.episodes] == [True] * n
+    assert all(e.status == "done" for e in result.episodes)
+    events = [json.loads(l) for l in RunStore(crl_home / "runs").log_path(result.info.run_id).read_text().splitlines()]
+    kinds = [ev["event"] for ev in events]
+    assert kinds.count("start") == n and kinds.count("end") == n
+    assert kinds.count("step") == sum(len(solve(s, "key")) for s in seeds)
+    first = result.episodes[0].steps[0]
+    assert first.thought == "I know the way." and first.valid and first.decided_by == "llm"
+    assert first.raw_output.startswith("Thought:")
+    report = result.report()
+    assert report["success_rate"] == 1.0 and report["invalid_action_rate"] == 0.0
+
+
+def test_parallel_episodes_are_batched_and_truncated_by_max_steps(crl_home):
+    model = ScriptedModel(lambda msgs: " wait.\nAction: look")
+    result = start_run(settings_for(crl_home, parallel=4, max_steps=4), "keyroom/compound", 6, model=model)
+    sizes = [len(c.batch) for c in model.calls]
+    assert sizes[0] == 4 and max(sizes) == 4 and sum(sizes) == 6 * 4
+    assert len(result.episodes) == 6
+    for e in result.episodes:
+        assert e.status == "truncated" and "max_steps" in e.end_reason and len(e.steps) == 4
+    # the first look changes the observation ("You look around."), the second repeats it
+    assert "repeat" not in result.episodes[0].steps[1].extra
+    assert result.episodes[0].steps[2].extra.get("repeat") == 1
+    assert "already did 'look'" in model.calls[3].batch[0][1]["content"]
+
+
+def test_unparseable_replies_cost_a_step_with_feedback(crl_home):
+    model = ScriptedModel(lambda msgs: " ???\nAction: fly to the moon")
+    result = start_run(settings_for(crl_home, parallel=2, max_steps=2), "keyroom/key", 2, model=model)
+    for e in result.episodes:
+        assert [s.valid for s in e.steps] == [False, False]
+        assert e.steps[0].extra["feedback"]
+    assert "not a valid action" in model.calls[1].batch[0][1]["content"]
+    assert result.report()["invalid_action_rate"] == 1.0
+
+
+def test_token_budget_guard(crl_home):
+    model = ScriptedModel(lambda msgs: " x\nAction: look")
+    result = start_run(settings_for(crl_home, parallel=1, max_episode_tokens=50), "keyroom/compound", 1, model=model)
+    ep = result.episodes[0]
+    assert ep.status == "truncated" and "token budget" in ep.end_reason
+    assert len(ep.steps) < 25
+
+
+def test_wall_clock_guard(crl_home):
+    model = ScriptedModel(lambda msgs: " x\nAction: look")
+    result = start_run(settings_for(crl_home, parallel=1, max_episode_seconds=0.0), "keyroom/key", 1, model=model)
+    assert "wall clock" in result.episodes[0].end_reason and len(result.episodes[0].steps) == 1
+
+
+class KillAfter(ScriptedModel):
+    """Raises KeyboardInterrupt on call number `n` (as a killed process would stop)."""
+
+    def __init__(self, replies, n):
+        super().__init__(replies)
+        self.n = n
+
+    def generate(self, batch, config):
+        if len(self.calls) >= self.n:
+            raise KeyboardInterrupt
+        return super().generate(batch, config)
+
+
+def test_resume_continues_an_interrupted_run_without_duplicates(crl_home):
+    task, n = "keyroom/compound", 3
+    seeds = fold_seeds(task, "train", n)
+    plans = {s: solve(s, "compound") for s in seeds}
+    replies = solver_replies(task, seeds)
+    cut = len(plans[seeds[0]]) + 2
+    settings = settings_for(crl_home, parallel=1)
+    with pytest.raises(KeyboardInterrupt):
+        start_run(settings, task, n, model=KillAfter(replies, cut))
+    run_id = RunStore(crl_home / "runs").list()[0].run_id
+    logged = RunStore(crl_home / "runs").episodes(run_id)
+    assert [e.finished for e in logged] == [True, False]
+    assert len(logged[1].steps) == 2
+    result = resume_run(settings, run_id, model=ScriptedModel(replies[cut:]))
+    eps = {e.episode_id: e for e in result.episodes}
+    assert len(eps) == n and all(e.success for e in eps.values())
+    resumed = eps[f"{run_id}-0001"]
+    assert [s.action for s in resumed.steps] == plans[seeds[1]]
+    assert [s.index for s in resumed.steps] == list(range(len(plans[seeds[1]])))
+    assert RunStore(crl_home / "runs").load(run_id).status == "finished"
+
+
+def test_torn_tail_is_repaired_on_reopen(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    path.write_text('{"event": "start", "episode_id": "e1", "run_id": "r", "task": "keyroom/key", "seed": 1, "goal": "g"}\n{"event": "step", "episode_id": "e1", "ind')
+    log = EpisodeLog(path)
+    assert log.repaired_bytes > 0
+    log.close()
+    assert path.read_text().endswith("}\n")
+    eps = read_episodes(path)
+    assert len(eps) == 1 and eps[0].steps == [] and not eps[0].finished
+
+
+def test_unknown_task_and_bad_knob_are_clear_errors(crl_home):
+    with pytest.raises(ValueError, match="Known tasks"):
+        start_run(settings_for(crl_home), "nosuch/task", 1, model=ScriptedModel([]))
