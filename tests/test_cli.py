@@ -1,0 +1,83 @@
+"""The `crl` commands end to end with a scripted model in place of the LLM."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import agent.app
+from agent.cli import app
+from agent.llm.scripted import ScriptedModel
+from tasks.keyroom import solve
+from tasks.registry import fold_seeds
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Replace the model the CLI would build with a solver-backed scripted one."""
+
+    def install(replies):
+        model = ScriptedModel(replies)
+        monkeypatch.setattr(agent.app, "build_chat_model", lambda settings: model)
+        return model
+
+    return install
+
+
+def invoke(*args):
+    result = CliRunner().invoke(app, list(args))
+    return result
+
+
+def test_run_runs_show_and_json(crl_home, scripted):
+    seeds = fold_seeds("keyroom/key", "train", 2)
+    scripted([f" go\nAction: {a}" for s in seeds for a in solve(s, "key")])
+    r = invoke("run", "keyroom/key", "--episodes", "2", "--parallel", "1", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{"):])
+    assert report["episodes"] == 2 and report["success_rate"] == 1.0
+    lo, hi = report["ci95"]
+    assert 0 < lo < hi == 1.0
+
+    r = invoke("runs", "--json")
+    runs = json.loads(r.output)
+    assert [x["run_id"] for x in runs] == [report["run_id"]] and runs[0]["status"] == "finished"
+
+    r = invoke("show", report["run_id"], "1")
+    assert r.exit_code == 0 and "success" in r.output and "Action:" in r.output
+    r = invoke("show", report["run_id"], "7")
+    assert r.exit_code == 1 and "no episode 7" in r.output
+
+
+def test_run_table_output(crl_home, scripted):
+    scripted(lambda msgs: " hmm\nAction: look")
+    r = invoke("run", "keyroom/key", "-n", "2", "--max-steps", "2")
+    assert r.exit_code == 0, r.output
+    assert "success rate" in r.output and "0.0%" in r.output
+
+
+def test_eval_reports_interval_on_dev_fold(crl_home, scripted):
+    model = scripted(lambda msgs: " hmm\nAction: look")
+    r = invoke("eval", "keyroom/door", "--fold", "dev", "-n", "3", "--max-steps", "1", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{"):])
+    assert report["fold"] == "dev" and report["episodes"] == 3 and report["ci95"][0] == 0.0
+    assert len(model.calls) >= 1
+
+
+def test_errors_are_one_line_not_tracebacks(crl_home, scripted):
+    scripted([])
+    r = invoke("eval", "keyroom/key", "--fold", "train")
+    assert r.exit_code == 1 and "dev or test" in r.output and "Traceback" not in r.output
+    r = invoke("run", "nosuch/task")
+    assert r.exit_code == 1 and "Known tasks" in r.output
+    r = invoke("show", "no-such-run")
+    assert r.exit_code == 1 and "crl runs" in r.output
+
+
+def test_tasks_lists_keyroom_variants(crl_home):
+    r = invoke("tasks", "--json")
+    names = [t["name"] for t in json.loads(r.output)]
+    assert {"keyroom/key", "keyroom/door", "keyroom/chest", "keyroom/compound"} <= set(names)
