@@ -8,7 +8,7 @@ from typing import Callable
 
 from agent.config import Settings
 from agent.llm.base import ChatModel, GenerationConfig
-from agent.llm.factory import build_chat_model
+from agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
 from agent.runner import EpisodePlan, Progress, Runner, RunnerStats
 from agent.runs import RunInfo, RunStore, RunSummary, new_run_id, summarise
 from agent.session import DEFAULT_STOP, LoopConfig
@@ -52,8 +52,17 @@ class RunResult:
         }
 
 
-def loop_config(settings: Settings, task: str) -> LoopConfig:
-    """The loop's guards for `task`: the task's own step limit unless the settings set one."""
+def uses_react(settings: Settings) -> bool:
+    """Whether replies are `Thought:` + `Action:` (see `AgentSettings.reply_format`)."""
+    fmt = settings.agent.reply_format
+    if fmt == "auto":
+        return choose_model(settings.llm).model != EMBEDDED_LABEL
+    return fmt == "react"
+
+
+def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -> LoopConfig:
+    """The loop's guards for `task` (the task's own step limit unless the settings set one)
+    and the reply format, primed when `model` continues partial assistant messages."""
     spec = get_task(task)
     a, llm = settings.agent, settings.llm
     return LoopConfig(
@@ -63,7 +72,8 @@ def loop_config(settings: Settings, task: str) -> LoopConfig:
         history_window=a.history_window,
         max_observation_tokens=a.max_observation_tokens,
         fuzzy_threshold=a.fuzzy_threshold,
-        reply_prefix=a.reply_prefix,
+        react=uses_react(settings),
+        prefill=bool(getattr(model, "supports_prefill", False)),
         generation=GenerationConfig(
             max_new_tokens=llm.max_new_tokens,
             temperature=llm.temperature,
@@ -151,7 +161,7 @@ def _execute(
             model=model,
             make_env=lambda: make_env(info.task),
             log=log,
-            config=loop_config(settings, info.task),
+            config=loop_config(settings, info.task, model),
             run_id=info.run_id,
             task=info.task,
             adapter=info.adapter,

@@ -69,8 +69,10 @@ class AgentSettings(BaseModel):
         400, description="Observations longer than this are shortened in the prompt."
     )
     parallel: int = Field(8, description="Episodes played at once, their prompts batched together.")
-    reply_prefix: str = Field(
-        "Thought:", description="Text the reply is primed with (local backend); '' for none."
+    reply_format: Literal["auto", "react", "action"] = Field(
+        "auto",
+        description="react: 'Thought:' then 'Action:'; action: 'Action:' only. auto: action for the "
+        "embedded 135M model (it loses the action after a thought), react for every other model.",
     )
     fuzzy_threshold: float = Field(
         0.75, description="Similarity needed to map a reply onto an admissible action."

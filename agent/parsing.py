@@ -14,6 +14,7 @@ from difflib import SequenceMatcher
 _ARTICLES = {"the", "a", "an"}
 _ACTION_RE = re.compile(r"(?:^|[\s*_#>`\"'(\[])action\s*[*_]*\s*[:：=-]\s*[*_]*", re.IGNORECASE)
 _THOUGHT_RE = re.compile(r"(?:^|[\s*_#>`\"'(\[])thought\s*[*_]*\s*[:：=-]\s*[*_]*", re.IGNORECASE)
+_VERB_SIMILARITY = 0.75
 _STRIP_CHARS = " \t\r\n`'\"*_.,;:!?<>[](){}"
 
 
@@ -85,6 +86,10 @@ def match_action(
 ) -> tuple[str | None, str, float]:
     """Map `raw_action` onto one of `admissible`: exact, normalised, contained, then fuzzy.
 
+    "contained" takes the admissible action that appears first in the reply (a reply that
+    copies the whole list means its first item); "fuzzy" needs a similar verb, so
+    "take candle" never becomes "examine candle".
+
     Returns `(action or None, match kind, score)`.
     """
     if not raw_action or not admissible:
@@ -98,12 +103,14 @@ def match_action(
     if norm in by_norm:
         return by_norm[norm], "normalised", 1.0
     padded = f" {norm} "
-    contained = [a for n, a in by_norm.items() if n and f" {n} " in padded]
+    contained = [(padded.find(f" {n} "), -len(n), a) for n, a in by_norm.items() if n and f" {n} " in padded]
     if contained:
-        best = max(contained, key=lambda a: len(normalise(a)))
-        return best, "contained", 1.0
+        return min(contained)[2], "contained", 1.0
+    verb = norm.split()[0]
     best_action, best_score = None, 0.0
     for n, a in by_norm.items():
+        if not n or SequenceMatcher(None, verb, n.split()[0]).ratio() < _VERB_SIMILARITY:
+            continue
         score = SequenceMatcher(None, norm, n).ratio()
         if score > best_score:
             best_action, best_score = a, score

@@ -26,7 +26,8 @@ class LoopConfig:
     history_window: int = 4
     max_observation_tokens: int = 400
     fuzzy_threshold: float = 0.75
-    reply_prefix: str = "Thought:"
+    react: bool = True
+    prefill: bool = True
     generation: GenerationConfig = field(
         default_factory=lambda: GenerationConfig(max_new_tokens=48, stop=list(DEFAULT_STOP))
     )
@@ -73,14 +74,22 @@ class EpisodeSession:
             admissible=self.observation.admissible_actions,
             history=self.history[-self.config.history_window :] if self.config.history_window else [],
             feedback=self.feedback,
-            reply_prefix=self.config.reply_prefix,
+            react=self.config.react,
+            reply_prefix=self.reply_prefix,
         )
+
+    @property
+    def reply_prefix(self) -> str:
+        """What the reply is primed with: the first marker of the format, when the backend
+        continues a partial assistant message."""
+        if not self.config.prefill:
+            return ""
+        return "Thought:" if self.config.react else "Action:"
 
     def apply(self, completion: Completion, decided_by: str = "llm") -> Step:
         """Parse the reply, act on the environment, record the step and check the guards."""
         raw = completion.text
-        if self.config.reply_prefix:
-            raw = self.config.reply_prefix + raw
+        raw = self.reply_prefix + raw
         parsed = parse_reply(raw, self.observation.admissible_actions, self.config.fuzzy_threshold)
         step = Step(
             index=len(self.episode.steps),

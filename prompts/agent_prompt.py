@@ -22,12 +22,18 @@ def build_agent_messages(
     admissible: Sequence[str] | None,
     history: Sequence[HistoryItem] = (),
     feedback: str | None = None,
+    react: bool = True,
     reply_prefix: str = "",
 ) -> list[dict[str, str]]:
-    """The messages for one agent step; a non-empty `reply_prefix` becomes a trailing
-    assistant message that the local backend continues (priming the reply format)."""
+    """The messages for one agent step.
+
+    Args:
+        react: ask for `Thought:` then `Action:` (True) or for `Action:` alone.
+        reply_prefix: when non-empty, a trailing assistant message that the local backend
+            continues, priming the reply format.
+    """
     messages = [
-        {"role": "system", "content": render("system.j2")},
+        {"role": "system", "content": render("system.j2", react=react)},
         {
             "role": "user",
             "content": render(

@@ -33,7 +33,7 @@ def invoke(*args):
 
 def test_run_runs_show_and_json(crl_home, scripted):
     seeds = fold_seeds("keyroom/key", "train", 2)
-    scripted([f" go\nAction: {a}" for s in seeds for a in solve(s, "key")])
+    scripted([f" {a}" for s in seeds for a in solve(s, "key")])
     r = invoke("run", "keyroom/key", "--episodes", "2", "--parallel", "1", "--json")
     assert r.exit_code == 0, r.output
     report = json.loads(r.output[r.output.index("{"):])
@@ -46,7 +46,7 @@ def test_run_runs_show_and_json(crl_home, scripted):
     assert [x["run_id"] for x in runs] == [report["run_id"]] and runs[0]["status"] == "finished"
 
     r = invoke("show", report["run_id"], "1")
-    assert r.exit_code == 0 and "success" in r.output and "Action:" in r.output
+    assert r.exit_code == 0 and "success" in r.output and "Action: take" in r.output
     r = invoke("show", report["run_id"], "7")
     assert r.exit_code == 1 and "no episode 7" in r.output
 

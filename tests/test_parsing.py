@@ -68,3 +68,12 @@ def test_any_string_parses_without_raising(text, admissible):
         assert p.action in admissible
     if p.action is None:
         assert p.error
+
+
+def test_fuzzy_match_keeps_the_verb():
+    assert match_action("take the green candle", ["examine green candle", "go west"])[0] is None
+
+
+def test_copied_list_means_its_first_item():
+    p = parse_reply("Action: go south, take brass key, look", ADMISSIBLE)
+    assert p.action == "go south"

@@ -16,6 +16,7 @@ from tasks.registry import fold_seeds
 
 
 def settings_for(home, **agent):
+    agent.setdefault("reply_format", "react")
     return load_settings({"home": str(home), "agent": agent})
 
 
@@ -129,3 +130,28 @@ def test_torn_tail_is_repaired_on_reopen(tmp_path):
 def test_unknown_task_and_bad_knob_are_clear_errors(crl_home):
     with pytest.raises(ValueError, match="Known tasks"):
         start_run(settings_for(crl_home), "nosuch/task", 1, model=ScriptedModel([]))
+
+
+def test_action_only_format_primes_with_action_marker(crl_home):
+    model = ScriptedModel(lambda msgs: " look")
+    result = start_run(settings_for(crl_home, reply_format="action", max_steps=1), "keyroom/key", 1, model=model)
+    messages = model.calls[0].batch[0]
+    assert messages[-1] == {"role": "assistant", "content": "Action:"}
+    assert "'Action:' followed by one valid action" in messages[0]["content"]
+    step = result.episodes[0].steps[0]
+    assert step.raw_output == "Action: look" and step.action == "look" and step.thought == ""
+
+
+def test_backend_without_prefill_gets_no_primed_message(crl_home):
+    model = ScriptedModel(lambda msgs: "Thought: hm\nAction: look", supports_prefill=False)
+    result = start_run(settings_for(crl_home, max_steps=1), "keyroom/key", 1, model=model)
+    assert model.calls[0].batch[0][-1]["role"] == "user"
+    step = result.episodes[0].steps[0]
+    assert step.raw_output == "Thought: hm\nAction: look" and step.thought == "hm"
+
+
+def test_reply_format_auto_uses_action_only_for_the_embedded_model(crl_home):
+    from agent.app import uses_react
+
+    assert uses_react(load_settings({"home": str(crl_home)})) is False
+    assert uses_react(load_settings({"home": str(crl_home), "llm": {"model": "some/other-model"}})) is True

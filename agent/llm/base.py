@@ -49,7 +49,11 @@ class LLMError(RuntimeError):
 
 @runtime_checkable
 class ChatModel(Protocol):
-    """A chat model with batched generation and its own token counter."""
+    """A chat model with batched generation and its own token counter.
+
+    A backend that continues a trailing assistant message (a primed reply) says so with a
+    class attribute `supports_prefill = True`; the agent loop reads it with `getattr`.
+    """
 
     name: str
 

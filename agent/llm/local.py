@@ -49,6 +49,8 @@ class LocalChatModel:
     appended verbatim after the generation prompt and only the continuation is returned.
     """
 
+    supports_prefill = True
+
     def __init__(
         self,
         model: str | Path,

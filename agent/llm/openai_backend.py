@@ -45,6 +45,9 @@ class _Secret:
 class OpenAIChatModel:
     """A `ChatModel` served over the OpenAI chat-completions API.
 
+    Replies cannot be primed (`supports_prefill = False`): a trailing assistant message is
+    dropped from the request.
+
     Args:
         model: the model name the server knows (also this backend's `name`).
         base_url: the server's API root, e.g. `http://127.0.0.1:8000/v1`; None means
@@ -62,6 +65,8 @@ class OpenAIChatModel:
     Raises:
         LLMError: no key is available for OpenAI itself.
     """
+
+    supports_prefill = False
 
     def __init__(
         self,

@@ -35,8 +35,9 @@ class ScriptedModel:
         'Thought: look\\nAction: go north'
     """
 
-    def __init__(self, replies: Script, name: str = "scripted") -> None:
+    def __init__(self, replies: Script, name: str = "scripted", supports_prefill: bool = True) -> None:
         self.name = name
+        self.supports_prefill = supports_prefill
         self.calls: list[ScriptedCall] = []
         self._replies = replies if callable(replies) else list(replies)
         self._next = 0
