@@ -10,7 +10,7 @@ from agent.config import Settings
 from agent.llm.base import ChatModel, GenerationConfig
 from agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
 from agent.runner import EpisodePlan, Progress, Runner, RunnerStats
-from agent.runs import RunInfo, RunStore, RunSummary, new_run_id, summarise
+from agent.runs import RunInfo, RunStore, RunSummary, find_run, new_run_id, summarise
 from agent.session import DEFAULT_STOP, LoopConfig
 from memory.episode_log import EpisodeLog
 from memory.trajectory import Episode
@@ -46,6 +46,7 @@ class RunResult:
             "ci95": [lo, hi],
             "mean_steps": sum(steps) / len(steps) if steps else 0.0,
             "invalid_action_rate": s.invalid_steps / s.steps if s.steps else 0.0,
+            "loop_breaks": sum(1 for e in self.episodes for st in e.steps if "loop_break" in st.extra),
             "steps_per_s": self.stats.steps / wall,
             "generated_tokens_per_s": self.stats.generated_tokens / wall,
             "wall_seconds": self.stats.wall_seconds,
@@ -72,6 +73,7 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
         history_window=a.history_window,
         max_observation_tokens=a.max_observation_tokens,
         fuzzy_threshold=a.fuzzy_threshold,
+        loop_breaker=a.loop_breaker,
         react=uses_react(settings),
         prefill=bool(getattr(model, "supports_prefill", False)),
         generation=GenerationConfig(
@@ -90,6 +92,19 @@ def settings_snapshot(settings: Settings) -> dict:
     if data.get("llm", {}).get("api_key"):
         data["llm"]["api_key"] = "***"
     return data
+
+
+def run_stores(settings: Settings) -> list[RunStore]:
+    """Where runs live: training runs (whose experience goes to memory) and evaluations
+    (kept apart, so held-out seeds never leak into memory)."""
+    return [RunStore(settings.runs_dir), RunStore(settings.evals_dir)]
+
+
+def open_bank(settings: Settings, actor: str | None = None):
+    """The experience bank of this data directory (embedded, or the server at memory.url)."""
+    from memory.bank import ExperienceBank
+
+    return ExperienceBank(settings.memory_dir, runs_dir=settings.runs_dir, config=settings.memory, actor=actor)
 
 
 def start_run(
@@ -116,7 +131,7 @@ def start_run(
         adapter=settings.llm.adapter,
         settings=settings_snapshot(settings) | {"fold": fold},
     )
-    store = RunStore(settings.runs_dir)
+    store = RunStore(settings.evals_dir if kind == "eval" else settings.runs_dir)
     store.create(info)
     plans = [EpisodePlan(f"{info.run_id}-{i:04d}", seed) for i, seed in enumerate(seeds)]
     return _execute(settings, store, info, plans, model, progress, on_episode_end)
@@ -131,7 +146,7 @@ def resume_run(
 ) -> RunResult:
     """Continue run `run_id`: finished episodes are kept, an interrupted one is replayed from
     its logged steps and continued, the rest are played."""
-    store = RunStore(settings.runs_dir)
+    store = find_run(run_stores(settings), run_id)
     info = store.load(run_id)
     logged = {e.episode_id: e for e in store.episodes(run_id)}
     model = model or build_chat_model(settings)
@@ -156,18 +171,27 @@ def _execute(
     progress: Progress | None,
     on_episode_end: Callable[[Episode], None] | None,
 ) -> RunResult:
-    with EpisodeLog(store.log_path(info.run_id)) as log:
-        runner = Runner(
-            model=model,
-            make_env=lambda: make_env(info.task),
-            log=log,
-            config=loop_config(settings, info.task, model),
-            run_id=info.run_id,
-            task=info.task,
-            adapter=info.adapter,
-            on_episode_end=on_episode_end,
-        )
-        stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
+    writes_memory = settings.memory.enabled and info.kind != "eval"
+    bank = open_bank(settings, actor=f"run:{info.run_id}") if writes_memory else None
+    try:
+        if bank is not None:
+            bank.sync()
+        hooks = [h for h in (bank.submit if bank else None, on_episode_end) if h is not None]
+        with EpisodeLog(store.log_path(info.run_id)) as log:
+            runner = Runner(
+                model=model,
+                make_env=lambda: make_env(info.task),
+                log=log,
+                config=loop_config(settings, info.task, model),
+                run_id=info.run_id,
+                task=info.task,
+                adapter=info.adapter,
+                on_episode_end=lambda ep: [h(ep) for h in hooks],
+            )
+            stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
+    finally:
+        if bank is not None:
+            bank.close()
     info.status = "finished"
     info.finished_at = time.time()
     store.save(info)

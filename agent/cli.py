@@ -64,6 +64,16 @@ def _settings(overrides: dict[str, Any]) -> Settings:
     return load_settings(overrides, _STATE["config"])
 
 
+def _memory_errors() -> tuple[type[Exception], ...]:
+    from memory.embeddings import EmbeddingModelError
+    from memory.journal import JournalError
+    from memory.locks import StoreLockedError
+    from memory.results import IngestError
+    from memory.store import StoreError
+
+    return (StoreLockedError, StoreError, JournalError, IngestError, EmbeddingModelError)
+
+
 def friendly_errors(fn):
     """Turn the errors a user can fix into one red line and exit code 1."""
 
@@ -71,7 +81,7 @@ def friendly_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FileNotFoundError, LLMError, PermissionError) as exc:
+        except (ValueError, FileNotFoundError, LookupError, LLMError, PermissionError, *_memory_errors()) as exc:
             err.print(f"[bold red]error:[/] {exc}")
             raise typer.Exit(1)
         except KeyboardInterrupt:
@@ -89,6 +99,7 @@ ModelOpt = typer.Option(None, "--model", help="Hub id, folder, .gguf file, or re
 BackendOpt = typer.Option(None, "--backend", help="local, openai or auto.")
 BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (implies --backend openai).")
 AdapterOpt = typer.Option(None, "--adapter", help="LoRA adapter folder for a local model.")
+MemoryUrlOpt = typer.Option(None, "--memory-url", help="Chroma server shared by several processes (http://HOST:PORT).")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 
 
@@ -116,6 +127,8 @@ def run(
     seed: int = typer.Option(0, "--seed", help="Offset into the task's train seeds."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run by id."),
+    no_memory: bool = typer.Option(False, "--no-memory", help="Do not store this run's experience in the bank."),
+    memory_url: Optional[str] = MemoryUrlOpt,
     model: Optional[str] = ModelOpt,
     backend: Optional[str] = BackendOpt,
     base_url: Optional[str] = BaseUrlOpt,
@@ -126,12 +139,19 @@ def run(
     from agent import app as crl
 
     settings = _settings(
-        _overrides(agent__parallel=parallel, agent__max_steps=max_steps, **_model_flags(model, backend, base_url, adapter))
+        _overrides(
+            agent__parallel=parallel,
+            agent__max_steps=max_steps,
+            memory__enabled=False if no_memory else None,
+            memory__url=memory_url,
+            **_model_flags(model, backend, base_url, adapter),
+        )
     )
     if resume:
-        info = crl.RunStore(settings.runs_dir).load(resume)
+        store = crl.find_run(crl.run_stores(settings), resume)
+        info = store.load(resume)
         total, task = len(info.seeds), info.task
-        done = sum(1 for e in crl.RunStore(settings.runs_dir).episodes(resume) if e.finished)
+        done = sum(1 for e in store.episodes(resume) if e.finished)
     else:
         crl.get_task(task)
         total, done = episodes, 0
@@ -258,11 +278,12 @@ def show_config(as_json: bool = JsonOpt) -> None:
 @friendly_errors
 def runs(as_json: bool = JsonOpt) -> None:
     """List runs with their outcome so far."""
-    from agent.runs import RunStore, summarise
+    from agent.app import run_stores
+    from agent.runs import summarise
 
-    store = RunStore(_settings(_overrides()).runs_dir)
+    stores = run_stores(_settings(_overrides()))
     rows = []
-    for info in store.list():
+    for store, info in sorted(((s, i) for s in stores for i in s.list()), key=lambda si: si[1].run_id):
         s = summarise(store.episodes(info.run_id))
         rows.append(
             {
@@ -278,7 +299,7 @@ def runs(as_json: bool = JsonOpt) -> None:
     if as_json:
         out.print_json(json.dumps(rows))
         return
-    table = Table(title=f"runs in {store.dir}")
+    table = Table(title=f"runs in {stores[0].dir.parent}")
     for col in ("run_id", "kind", "task", "model", "status", "episodes", "success"):
         table.add_column(col)
     for r in rows:
@@ -294,11 +315,11 @@ def show(
     as_json: bool = JsonOpt,
 ) -> None:
     """Pretty-print a run's trajectories: observation, thought, action, reward."""
+    from agent.app import run_stores
     from agent.render import render_episode
-    from agent.runs import RunStore
+    from agent.runs import find_run
 
-    store = RunStore(_settings(_overrides()).runs_dir)
-    store.load(run_id)
+    store = find_run(run_stores(_settings(_overrides())), run_id)
     episodes = store.episodes(run_id)
     if episode is not None:
         wanted = f"{run_id}-{episode:04d}"

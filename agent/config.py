@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from memory.config import MemoryConfig
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -74,6 +75,11 @@ class AgentSettings(BaseModel):
         description="react: 'Thought:' then 'Action:'; action: 'Action:' only. auto: action for the "
         "embedded 135M model (it loses the action after a thought), react for every other model.",
     )
+    loop_breaker: bool = Field(
+        True,
+        description="Replace a reply the model already gave in the same situation by an untried "
+        "admissible action (greedy decoding on deterministic games otherwise loops forever).",
+    )
     fuzzy_threshold: float = Field(
         0.75, description="Similarity needed to map a reply onto an admissible action."
     )
@@ -92,6 +98,7 @@ class Settings(BaseSettings):
     home: Path = Field(Path(".crl"), description="Data directory: runs, memory, adapters, datasets, model cache.")
     llm: LLMSettings = Field(default_factory=LLMSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
 
     @classmethod
     def settings_customise_sources(
@@ -113,8 +120,16 @@ class Settings(BaseSettings):
         return self.home / "runs"
 
     @property
+    def evals_dir(self) -> Path:
+        return self.home / "evals"
+
+    @property
     def models_dir(self) -> Path:
         return self.home / "models"
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.home / "memory"
 
 
 _CONFIG_FILE_CONTEXT: dict[str, Path | None] = {"path": None}

@@ -105,6 +105,14 @@ class RunStore:
         return infos
 
 
+def find_run(stores: list[RunStore], run_id: str) -> RunStore:
+    """The store among `stores` that holds `run_id`."""
+    for store in stores:
+        if (store.path(run_id) / RUN_FILE).exists():
+            return store
+    raise FileNotFoundError(f"no run {run_id!r} under {', '.join(str(s.dir) for s in stores)} (see `crl runs`)")
+
+
 def summarise(episodes: list[Episode]) -> RunSummary:
     """Counts over `episodes` (only finished ones count towards success)."""
     finished = [e for e in episodes if e.finished]

@@ -3,11 +3,12 @@ the guards. The runner drives many sessions at once."""
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 
 from agent.llm.base import Completion, GenerationConfig, Message
-from agent.parsing import parse_reply
+from agent.parsing import normalise, parse_reply
 from memory.trajectory import Episode, Step
 from prompts.agent_prompt import HistoryItem, build_agent_messages
 from prompts.budget import TokenCount, truncate_middle
@@ -26,6 +27,7 @@ class LoopConfig:
     history_window: int = 4
     max_observation_tokens: int = 400
     fuzzy_threshold: float = 0.75
+    loop_breaker: bool = True
     react: bool = True
     prefill: bool = True
     generation: GenerationConfig = field(
@@ -48,12 +50,14 @@ class EpisodeSession:
         self.tokens_used = 0
         self._started = time.monotonic()
         self._seen: dict[tuple[str, str], int] = {}
+        self._tried: dict[str, set[str]] = {}
 
     def replay(self, steps: list[Step]) -> None:
         """Re-apply logged steps (for `--resume`): the environment is deterministic per seed,
         so stepping the logged actions restores the state the run was killed in."""
         for step in steps:
             if step.valid and step.action:
+                self._tried.setdefault(self.observation.text, set()).add(step.action)
                 obs, _, _, info = self.env.step(step.action)
                 self._advance(step.action, obs, step, info)
             else:
@@ -87,9 +91,13 @@ class EpisodeSession:
         return "Thought:" if self.config.react else "Action:"
 
     def apply(self, completion: Completion, decided_by: str = "llm") -> Step:
-        """Parse the reply, act on the environment, record the step and check the guards."""
-        raw = completion.text
-        raw = self.reply_prefix + raw
+        """Parse the reply, act on the environment, record the step and check the guards.
+
+        With the loop breaker on, a reply the model already gave in this same situation
+        (greedy decoding on a deterministic game repeats itself forever) is replaced by an
+        action not yet tried here; the step records the replacement and `decided_by`.
+        """
+        raw = self.reply_prefix + completion.text
         parsed = parse_reply(raw, self.observation.admissible_actions, self.config.fuzzy_threshold)
         step = Step(
             index=len(self.episode.steps),
@@ -105,14 +113,24 @@ class EpisodeSession:
             extra={"match": parsed.match, "raw_action": parsed.raw_action},
         )
         self.tokens_used += completion.prompt_tokens + completion.completion_tokens
-        if parsed.action is None:
+        action = parsed.action
+        reply_key = action if action is not None else "invalid: " + normalise(parsed.raw_action)
+        tried = self._tried.setdefault(self.observation.text, set())
+        if self.config.loop_breaker and reply_key in tried:
+            alternative = self._untried_action(tried, step.index)
+            if alternative is not None:
+                step.extra["loop_break"] = {"replaced": action or parsed.raw_action}
+                step.decided_by = "loop-breaker"
+                step.action = action = alternative
+        tried.add(reply_key)
+        if action is None:
             step.valid = False
             self.feedback = parsed.error
             step.extra["feedback"] = parsed.error
             self.history.append(HistoryItem(parsed.raw_action or "(no action)", parsed.error or ""))
         else:
             try:
-                obs, reward, done, info = self.env.step(parsed.action)
+                obs, reward, done, info = self.env.step(action)
             except Exception as exc:  # an engine crash ends this episode, not the run
                 step.valid = False
                 step.info = {"error": repr(exc)}
@@ -121,10 +139,19 @@ class EpisodeSession:
                 return step
             step.reward, step.done, step.info = float(reward), bool(done), dict(info)
             step.valid = not info.get("invalid", False)
-            self._advance(parsed.action, obs, step, info)
+            tried.add(action)
+            self._advance(action, obs, step, info)
         self.episode.steps.append(step)
         self._check_guards(step)
         return step
+
+    def _untried_action(self, tried: set[str], index: int) -> str | None:
+        """A random admissible action not yet tried in the current situation (seeded by
+        task, seed and step, so runs are reproducible), or None when there is none."""
+        options = [a for a in self.observation.admissible_actions or [] if a not in tried]
+        if not options:
+            return None
+        return random.Random(f"{self.episode.task}:{self.episode.seed}:{index}").choice(options)
 
     def _advance(self, action: str, obs: Observation, step: Step, info: dict) -> None:
         key = (self.observation.text, action)

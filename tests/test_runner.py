@@ -17,7 +17,7 @@ from tasks.registry import fold_seeds
 
 def settings_for(home, **agent):
     agent.setdefault("reply_format", "react")
-    return load_settings({"home": str(home), "agent": agent})
+    return load_settings({"home": str(home), "agent": agent, "memory": {"enabled": False}})
 
 
 def solver_replies(task: str, seeds: list[int]) -> list[str]:
@@ -45,7 +45,8 @@ def test_solver_script_wins_every_episode_and_logs_every_step(crl_home):
 
 def test_parallel_episodes_are_batched_and_truncated_by_max_steps(crl_home):
     model = ScriptedModel(lambda msgs: " wait.\nAction: look")
-    result = start_run(settings_for(crl_home, parallel=4, max_steps=4), "keyroom/compound", 6, model=model)
+    settings = settings_for(crl_home, parallel=4, max_steps=4, loop_breaker=False)
+    result = start_run(settings, "keyroom/compound", 6, model=model)
     sizes = [len(c.batch) for c in model.calls]
     assert sizes[0] == 4 and max(sizes) == 4 and sum(sizes) == 6 * 4
     assert len(result.episodes) == 6
@@ -57,9 +58,23 @@ def test_parallel_episodes_are_batched_and_truncated_by_max_steps(crl_home):
     assert "already did 'look'" in model.calls[3].batch[0][1]["content"]
 
 
+def test_loop_breaker_replaces_a_repeated_reply_with_an_untried_action(crl_home):
+    model = ScriptedModel(lambda msgs: " x\nAction: inventory")
+    result = start_run(settings_for(crl_home, parallel=1, max_steps=4), "keyroom/compound", 1, model=model)
+    steps = result.episodes[0].steps
+    assert steps[0].action == "inventory" and steps[0].decided_by == "llm"
+    # "inventory" does not change the room, so the same reply again is a loop
+    broken = [s for s in steps[1:] if s.decided_by == "loop-breaker"]
+    assert broken and all(s.extra["loop_break"]["replaced"] == "inventory" for s in broken)
+    assert all(s.action != "inventory" and s.action in s.admissible_actions for s in broken)
+    again = start_run(settings_for(crl_home, parallel=1, max_steps=4), "keyroom/compound", 1, model=model)
+    assert [s.action for s in again.episodes[0].steps] == [s.action for s in steps]
+    assert result.report()["loop_breaks"] == len(broken)
+
+
 def test_unparseable_replies_cost_a_step_with_feedback(crl_home):
     model = ScriptedModel(lambda msgs: " ???\nAction: fly to the moon")
-    result = start_run(settings_for(crl_home, parallel=2, max_steps=2), "keyroom/key", 2, model=model)
+    result = start_run(settings_for(crl_home, parallel=2, max_steps=2, loop_breaker=False), "keyroom/key", 2, model=model)
     for e in result.episodes:
         assert [s.valid for s in e.steps] == [False, False]
         assert e.steps[0].extra["feedback"]
@@ -155,3 +170,15 @@ def test_reply_format_auto_uses_action_only_for_the_embedded_model(crl_home):
 
     assert uses_react(load_settings({"home": str(crl_home)})) is False
     assert uses_react(load_settings({"home": str(crl_home), "llm": {"model": "some/other-model"}})) is True
+
+
+def test_run_stores_experience_and_eval_keeps_out_of_memory(crl_home):
+    from agent.app import open_bank
+
+    settings = load_settings({"home": str(crl_home), "agent": {"reply_format": "action", "max_steps": 2}})
+    start_run(settings, "keyroom/key", 2, model=ScriptedModel(lambda msgs: " look"))
+    start_run(settings, "keyroom/key", 1, fold="dev", kind="eval", model=ScriptedModel(lambda msgs: " look"))
+    with open_bank(settings) as bank:
+        episodes = bank.ls(kind="episode")
+        assert len(episodes) == 2
+        assert {e.seed for e in episodes} == set(fold_seeds("keyroom/key", "train", 2))
