@@ -71,6 +71,7 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
         max_episode_tokens=a.max_episode_tokens,
         max_episode_seconds=a.max_episode_seconds,
         history_window=a.history_window,
+        max_prompt_tokens=a.max_prompt_tokens,
         max_observation_tokens=a.max_observation_tokens,
         fuzzy_threshold=a.fuzzy_threshold,
         loop_breaker=a.loop_breaker,

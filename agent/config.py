@@ -66,6 +66,9 @@ class AgentSettings(BaseModel):
     )
     max_episode_seconds: float = Field(600.0, description="Wall-clock limit per episode.")
     history_window: int = Field(4, description="Recent steps shown in the prompt.")
+    max_prompt_tokens: int = Field(
+        1024, description="Token budget of one step's prompt; memory items are fitted into what is left."
+    )
     max_observation_tokens: int = Field(
         400, description="Observations longer than this are shortened in the prompt."
     )

@@ -94,7 +94,7 @@ class Runner:
         )
         if not fresh:
             episode.started_at = plan.logged.started_at
-        session = EpisodeSession(env, episode, self.config, self.count_text_tokens)
+        session = EpisodeSession(env, episode, self.config, self.count_text_tokens, self.model.count_tokens)
         if fresh:
             self.log.start(episode)
         else:

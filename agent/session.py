@@ -6,12 +6,13 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from agent.llm.base import Completion, GenerationConfig, Message
 from agent.parsing import normalise, parse_reply
 from memory.trajectory import Episode, Step
-from prompts.agent_prompt import HistoryItem, build_agent_messages
-from prompts.budget import TokenCount, truncate_middle
+from prompts.agent_prompt import HistoryItem, MessageCount, PromptReport, assemble_prompt
+from prompts.budget import BudgetItem, TokenCount
 from tasks.base import Observation, TextEnv
 
 DEFAULT_STOP = ["\n\n", "\nThought:", "\nObservation", "\nGoal:", "\n>"]
@@ -25,6 +26,7 @@ class LoopConfig:
     max_episode_tokens: int = 200_000
     max_episode_seconds: float = 600.0
     history_window: int = 4
+    max_prompt_tokens: int = 1024
     max_observation_tokens: int = 400
     fuzzy_threshold: float = 0.75
     loop_breaker: bool = True
@@ -38,11 +40,20 @@ class LoopConfig:
 class EpisodeSession:
     """Plays one episode on `env`; `episode` accumulates the trajectory as it goes."""
 
-    def __init__(self, env: TextEnv, episode: Episode, config: LoopConfig, count: TokenCount):
+    def __init__(
+        self,
+        env: TextEnv,
+        episode: Episode,
+        config: LoopConfig,
+        count: TokenCount,
+        count_messages: MessageCount,
+    ):
         self.env = env
         self.episode = episode
         self.config = config
         self._count = count
+        self._count_messages = count_messages
+        self.last_prompt: PromptReport | None = None
         self.observation: Observation = env.reset(episode.seed)
         self.episode.goal = self.observation.goal
         self.history: list[HistoryItem] = []
@@ -67,20 +78,24 @@ class EpisodeSession:
         if steps:
             self._check_guards(steps[-1])
 
-    def messages(self) -> list[Message]:
-        """The chat prompt for the next step."""
-        obs_text = truncate_middle(
-            self.observation.text, self.config.max_observation_tokens, self._count
-        )
-        return build_agent_messages(
+    def messages(self, memory_items: Sequence[BudgetItem] = ()) -> list[Message]:
+        """The chat prompt for the next step, fitted into the prompt budget; how it was fitted
+        is kept for the step record (`last_prompt`)."""
+        messages, self.last_prompt = assemble_prompt(
             goal=self.observation.goal,
-            observation=obs_text,
+            observation=self.observation.text,
             admissible=self.observation.admissible_actions,
             history=self.history[-self.config.history_window :] if self.config.history_window else [],
             feedback=self.feedback,
             react=self.config.react,
             reply_prefix=self.reply_prefix,
+            memory_items=memory_items,
+            budget=self.config.max_prompt_tokens,
+            max_observation_tokens=self.config.max_observation_tokens,
+            count_text=self._count,
+            count_messages=self._count_messages,
         )
+        return messages
 
     @property
     def reply_prefix(self) -> str:
@@ -112,6 +127,8 @@ class EpisodeSession:
             decided_by=decided_by,
             extra={"match": parsed.match, "raw_action": parsed.raw_action},
         )
+        if self.last_prompt is not None:
+            step.extra["prompt"] = self.last_prompt.to_dict()
         self.tokens_used += completion.prompt_tokens + completion.completion_tokens
         action = parsed.action
         reply_key = action if action is not None else "invalid: " + normalise(parsed.raw_action)

@@ -1,6 +1,6 @@
 """Experience-bank benchmark: ingest rate, query latency and recall, our layout vs a Chroma `where`.
 
-    python -m bench.memory [--sizes 10000,100000] [--quick] [--queries 200] [--json FILE]
+    python -m bench.memory_bench [--sizes 10000,100000] [--quick] [--queries 200] [--json FILE]
 
 Parts, each printed as it finishes:
   1. query embedding: the bundled all-MiniLM-L6-v2, one state text per call (p50/p99), and a
