@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,16 @@ def no_network(monkeypatch):
     """Fail any test that opens a connection to something other than this machine."""
     monkeypatch.setattr(socket.socket, "connect", _guarded(_real_connect))
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded(_real_connect_ex))
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def embedded_models_dir() -> Path:
+    """Where slow tests find the converted embedded model: the same cache `make run` fills
+    (`.crl/models`), or `$CRL_TEST_MODELS_DIR`; converted once (about 20 s) when empty."""
+    return Path(os.environ.get("CRL_TEST_MODELS_DIR", REPO_ROOT / ".crl" / "models"))
 
 
 @pytest.fixture

@@ -144,8 +144,8 @@ def test_threads_follow_affinity_unless_overridden(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def models_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("models")
+def models_dir(embedded_models_dir) -> Path:
+    return embedded_models_dir
 
 
 @pytest.fixture(scope="module")

@@ -396,10 +396,10 @@ def test_backend_counts_with_tiktoken(serve):
 
 
 @pytest.mark.slow
-def test_embedded_model_through_the_server(serve, tmp_path_factory):
+def test_embedded_model_through_the_server(serve, embedded_models_dir):
     local = pytest.importorskip("agent.llm.local")
     embedded = pytest.importorskip("agent.llm.embedded")
-    checkpoint = embedded.embedded_model_path(tmp_path_factory.mktemp("models"))
+    checkpoint = embedded.embedded_model_path(embedded_models_dir)
     chat = local.LocalChatModel(checkpoint, name="smollm2")
     # Both requests in one server batch, as in the direct call, so greedy outputs match.
     _, url = serve(chat, max_batch=2, batch_window_s=5.0)

@@ -1,0 +1,33 @@
+"""The embedded model plays real keyroom episodes through the whole loop (slow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.app import start_run
+from agent.config import load_settings
+from agent.llm.embedded import embedded_model_path
+from agent.llm.local import LocalChatModel
+from agent.runs import RunStore
+
+
+@pytest.mark.slow
+def test_embedded_model_plays_short_episodes(crl_home, embedded_models_dir):
+    model = LocalChatModel(embedded_model_path(embedded_models_dir))
+    settings = load_settings({"home": str(crl_home), "agent": {"parallel": 2, "max_steps": 3}, "memory": {"enabled": False}})
+    try:
+        result = start_run(settings, "keyroom/key", 2, model=model)
+    finally:
+        model.close()
+    assert len(result.episodes) == 2 and all(e.finished for e in result.episodes)
+    for episode in result.episodes:
+        assert episode.model == "smollm2-135m-instruct"
+        assert 1 <= len(episode.steps) <= 3
+        for step in episode.steps:
+            assert step.raw_output.startswith("Action:")
+            assert step.completion_tokens > 0 and step.prompt_tokens > 50
+            assert step.extra["prompt"]["tokens"] <= settings.agent.max_prompt_tokens
+            if step.valid:
+                assert step.action in step.admissible_actions
+    logged = RunStore(crl_home / "runs").episodes(result.info.run_id)
+    assert sum(len(e.steps) for e in logged) == sum(len(e.steps) for e in result.episodes)
