@@ -65,13 +65,14 @@ def _settings(overrides: dict[str, Any]) -> Settings:
 
 
 def _memory_errors() -> tuple[type[Exception], ...]:
+    from memory.apply import MissingContentError
     from memory.embeddings import EmbeddingModelError
     from memory.journal import JournalError
     from memory.locks import StoreLockedError
     from memory.results import IngestError
     from memory.store import StoreError
 
-    return (StoreLockedError, StoreError, JournalError, IngestError, EmbeddingModelError)
+    return (StoreLockedError, StoreError, JournalError, IngestError, EmbeddingModelError, MissingContentError)
 
 
 def friendly_errors(fn):
@@ -331,6 +332,11 @@ def show(
         return
     for e in episodes:
         render_episode(out, e)
+
+
+from agent.cli_memory import memory_app  # noqa: E402
+
+app.add_typer(memory_app, name="memory")
 
 
 def entrypoint() -> None:  # pragma: no cover

@@ -54,6 +54,9 @@ def register(spec: TaskSpec) -> TaskSpec:
 
 def _load_builtin() -> None:
     import tasks.keyroom  # noqa: F401  (registers keyroom/*)
+    import tasks.twx  # noqa: F401  (twx/*; imports textworld-express only when an env is built)
+    import tasks.sciworld  # noqa: F401  (sciworld/*; imports scienceworld only when an env is built)
+    import tasks.textworld_games  # noqa: F401  (tw/*; imports textworld only when an env is built)
 
 
 def list_tasks() -> list[TaskSpec]:

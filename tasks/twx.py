@@ -1,0 +1,246 @@
+"""The `twx/<game>` tasks: TextWorldExpress games behind the `TextEnv` interface.
+
+Game parameters are query knobs with TextWorldExpress's own names, for example
+`twx/coin?numLocations=3&numDistractorItems=0&includeDoors=0`. Seeds follow the engine's own
+folds: train 0-999, dev 10000-10999, test 20000-20999 (the fold also picks the engine's
+object set, so the same number in another fold is a different game).
+
+Admissible actions, score, success (`tasksuccess`) and failure (`taskfailure`) come from the
+engine. An action that does not name an admissible one is not sent: it sets `info["invalid"]`
+and changes nothing (the engine would answer "Unknown action" and change nothing either).
+Each point of the engine's raw score is a sub-goal: `info["subgoals"]` is
+`{"score_1": ..., "score_N": ...}` over the game's maximum raw score N, an entry True once the
+raw score has reached it (a later loss of points does not undo a sub-goal).
+
+`max_steps` defaults are the 90th percentile of gold-path lengths over train seeds 0-49 with
+the default parameters (gold paths explore; they are not shortest):
+
+    game          min  median  p90  max
+    coin            2    13     30   33
+    twc            13    16     21   30
+    cookingworld   15    42     67   98
+    mapreader       7    11     13   13
+    sorting         6     8     10   10
+    arithmetic      5     5      5    5
+    simonsays       5     5      5    5
+    peckingorder    9     9      9    9
+
+Easier settings are much shorter (p90): `coin?numLocations=3&numDistractorItems=0&includeDoors=0`
+7, `twc?numLocations=1&numItemsToPutAway=1` 4, `cookingworld?numLocations=1&numIngredients=1&numDistractorItems=0`
+12; pass a tighter step limit to the runner for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from tasks.base import Observation, StepOutcome
+from tasks.java_engine import EngineError, JavaEngine, import_suite, invalid_feedback, match_action, shutdown_java
+from tasks.registry import SeedFolds, TaskSpec, register
+
+FAMILY = "twx"
+FOLDS = SeedFolds(train=range(0, 1000), dev=range(10_000, 11_000), test=range(20_000, 21_000))
+STEP_LIMIT = 1_000_000  # the engine's own limit; the runner enforces the real one
+
+
+@dataclass(frozen=True)
+class Game:
+    """One TextWorldExpress game: its engine name, description, settable parameters, step limit."""
+
+    name: str
+    description: str
+    params: tuple[str, ...]
+    max_steps: int
+
+
+_ROOMS = ("numLocations", "includeDoors", "limitInventorySize")
+GAMES = {
+    g.name: g
+    for g in (
+        Game("coin", "Explore the house and take the coin.", (*_ROOMS, "numDistractorItems"), 30),
+        Game(
+            "twc",
+            "Put objects away in their usual places (TextWorld Commonsense).",
+            (*_ROOMS, "numItemsToPutAway"),
+            21,
+        ),
+        Game(
+            "cookingworld",
+            "Find the recipe and ingredients, prepare and eat the meal.",
+            (*_ROOMS, "numIngredients", "numDistractorItems"),
+            67,
+        ),
+        Game(
+            "mapreader",
+            "Read the map, fetch the coin and bring it to the box.",
+            (*_ROOMS, "maxDistanceApart", "maxDistractorItemsPerLocation"),
+            13,
+        ),
+        Game("sorting", "Put the objects in the box from smallest to largest quantity.", (), 10),
+        Game("arithmetic", "Solve the math problem, then box the item with that quantity.", (), 5),
+        Game(
+            "simonsays",
+            "Do exactly what Simon says.",
+            ("gameLength", "numDistractors", "memorization", "verbose"),
+            5,
+        ),
+        Game("peckingorder", "Read the instruction book and follow it until the game ends.", (), 9),
+    )
+}
+
+
+def fold_of(seed: int) -> str:
+    """The engine fold ("train", "dev" or "test") that `seed` belongs to, or a ValueError."""
+    for fold in ("train", "dev", "test"):
+        if seed in FOLDS.get(fold):
+            return fold
+    raise ValueError(
+        f"seed {seed} is in none of TextWorldExpress's folds: "
+        "train 0-999, dev 10000-10999, test 20000-20999 (see `crl tasks`)"
+    )
+
+
+class TwxEnv:
+    """A `twx/<game>` game; `reset(seed)` generates the seed's game in the engine.
+
+    Args:
+        game: a TextWorldExpress game name (a "twx/" prefix is accepted).
+        **params: the game's integer parameters, e.g. `numLocations=3` (see `GAMES`).
+
+    The Java engine starts at the first `reset` and is reused for every later one.
+    """
+
+    def __init__(self, game: str = "coin", **params: int | str):
+        import_suite("textworld_express", "textworld-express")
+        self.game = _game(game)
+        unknown = sorted(set(params) - set(self.game.params))
+        if unknown:
+            known = ", ".join(self.game.params) or "none"
+            raise ValueError(f"twx/{self.game.name} has no parameter {', '.join(unknown)}; its parameters: {known}")
+        self.params = {k: _as_int(k, v) for k, v in params.items()}
+        self.name = f"{FAMILY}/{self.game.name}"
+        self.engine = JavaEngine("TextWorldExpress", self._start_engine)
+        self.seed: int | None = None
+        self.done = True
+        self._info: dict[str, Any] = {}
+        self._gold: list[str] = []
+        self._max_raw: int | None = None
+        self._best_raw = 0.0
+
+    def _start_engine(self):
+        from textworld_express import TextWorldExpressEnv
+
+        handle = TextWorldExpressEnv(envStepLimit=STEP_LIMIT)
+        try:
+            handle.load(self.game.name, ",".join(f"{k}={v}" for k, v in self.params.items()))
+        except BaseException:  # a bad parameter value: do not leave the JVM running
+            shutdown_java(handle)
+            raise
+        return handle
+
+    def reset(self, seed: int) -> Observation:
+        """Start the seed's game and return the first observation."""
+        fold = fold_of(seed)
+        with self.engine.guard(f"reset({seed})"):
+            raw = self.engine.handle
+            obs, info = raw.reset(seed=seed, gameFold=fold, generateGoldPath=True)
+            self._gold = list(raw.getGoldActionSequence())
+            self._max_raw = _max_raw_score(raw)
+        self.seed, self.done, self._info, self._best_raw = seed, False, info, 0.0
+        return self._observe(obs)
+
+    def step(self, action: str) -> StepOutcome:
+        """Play `action`; one that names no admissible action changes nothing and sets `info["invalid"]`."""
+        if self.seed is None:
+            raise RuntimeError("call reset(seed) before step()")
+        if self.done:
+            raise RuntimeError("the episode is over; call reset(seed) to start a new one")
+        chosen = match_action(action, self._info["validActions"], move_verb="move")
+        if chosen is None:
+            return StepOutcome(self._observe(invalid_feedback(action)), 0.0, False, self._outcome(None))
+        try:
+            with self.engine.guard(f"step({chosen!r})"):
+                obs, reward, _, info = self.engine.handle.step(chosen)
+        except EngineError:
+            self.done = True
+            raise
+        self._info = info
+        self._best_raw = max(self._best_raw, float(info["scoreRaw"]))
+        self.done = bool(info["tasksuccess"] or info["taskfailure"])
+        return StepOutcome(self._observe(obs), float(reward), self.done, self._outcome(chosen))
+
+    def gold_actions(self) -> list[str]:
+        """The engine's winning action sequence for the current episode, from its start."""
+        if self.seed is None:
+            raise RuntimeError("call reset(seed) before gold_actions()")
+        return list(self._gold)
+
+    def close(self) -> None:
+        """Shut the Java engine down; a later `reset` starts a new one."""
+        self.engine.close()
+        self.seed, self.done = None, True
+
+    def _observe(self, text: str) -> Observation:
+        return Observation(
+            text=text.strip(),
+            goal=self._info["taskDescription"].strip(),
+            admissible_actions=sorted(self._info["validActions"]),
+        )
+
+    def _outcome(self, action: str | None) -> dict[str, Any]:
+        info = self._info
+        return {
+            "success": bool(info["tasksuccess"]),
+            "won": bool(info["tasksuccess"]),
+            "lost": bool(info["taskfailure"]),
+            "score": float(info["score"]),
+            "score_raw": float(info["scoreRaw"]),
+            "subgoals": self._subgoals(),
+            "invalid": action is None,
+            "action": action,
+        }
+
+    def _subgoals(self) -> dict[str, bool]:
+        reached = int(self._best_raw)
+        total = self._max_raw if self._max_raw is not None else reached
+        return {f"score_{k}": k <= reached for k in range(1, max(total, reached) + 1)}
+
+
+def _max_raw_score(raw) -> int | None:
+    """The game's maximum raw score; the Python API does not expose it, its scorer does."""
+    from py4j.protocol import Py4JNetworkError, Py4JError
+
+    try:
+        return int(round(raw.server.game().scorer().maxScore()))
+    except Py4JNetworkError:
+        raise
+    except Py4JError:  # another engine version without this internal: sub-goals appear as reached
+        return None
+
+
+def _game(game: str) -> Game:
+    name = game.removeprefix(f"{FAMILY}/")
+    if name not in GAMES:
+        raise ValueError(f"unknown TextWorldExpress game {game!r}; choose one of {', '.join(GAMES)}")
+    return GAMES[name]
+
+
+def _as_int(knob: str, value: int | str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{knob} must be an integer, got {value!r}") from None
+
+
+for _game_spec in GAMES.values():
+    register(
+        TaskSpec(
+            name=f"{FAMILY}/{_game_spec.name}",
+            factory=partial(TwxEnv, _game_spec.name),
+            description=f"TextWorldExpress: {_game_spec.description}",
+            folds=FOLDS,
+            max_steps=_game_spec.max_steps,
+        )
+    )
