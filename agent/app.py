@@ -41,6 +41,7 @@ class RunResult:
             "task": self.info.task,
             "model": self.info.model,
             "episodes": s.finished,
+            "errored": s.errored,
             "successes": s.successes,
             "success_rate": s.success_rate,
             "ci95": [lo, hi],
@@ -85,6 +86,11 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
             seed=llm.seed,
         ),
     )
+
+
+def env_options(settings: Settings, task: str) -> dict:
+    """Arguments the data directory gives a task's factory (generated games live under it)."""
+    return {"cache_dir": settings.home / "games"} if get_task(task).uses_cache_dir else {}
 
 
 def settings_snapshot(settings: Settings) -> dict:
@@ -159,6 +165,14 @@ def resume_run(
             plans.append(EpisodePlan(eid, seed))
         elif not ep.finished:
             plans.append(EpisodePlan(eid, seed, logged=ep))
+        elif ep.status == "error":
+            retry = EpisodePlan(eid, seed).retry()
+            logged_retry = logged.get(retry.episode_id)
+            if logged_retry is None:
+                plans.append(retry)
+            elif not logged_retry.finished:
+                retry.logged = logged_retry
+                plans.append(retry)
     info.status = "running"
     return _execute(settings, store, info, plans, model, progress, on_episode_end)
 
@@ -181,7 +195,7 @@ def _execute(
         with EpisodeLog(store.log_path(info.run_id)) as log:
             runner = Runner(
                 model=model,
-                make_env=lambda: make_env(info.task),
+                make_env=lambda: make_env(info.task, **env_options(settings, info.task)),
                 log=log,
                 config=loop_config(settings, info.task, model),
                 run_id=info.run_id,

@@ -82,7 +82,7 @@ def friendly_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FileNotFoundError, LookupError, LLMError, PermissionError, *_memory_errors()) as exc:
+        except (ValueError, FileNotFoundError, LookupError, ImportError, LLMError, PermissionError, *_memory_errors()) as exc:
             err.print(f"[bold red]error:[/] {exc}")
             raise typer.Exit(1)
         except KeyboardInterrupt:

@@ -29,6 +29,14 @@ class EpisodePlan:
     episode_id: str
     seed: int
     logged: Episode | None = None
+    is_retry: bool = False
+
+    def retry(self) -> "EpisodePlan":
+        """The one retry of an episode that ended in an environment error."""
+        return EpisodePlan(self.episode_id + RETRY_SUFFIX, self.seed, is_retry=True)
+
+
+RETRY_SUFFIX = "-retry"
 
 
 @dataclass
@@ -95,9 +103,10 @@ class Runner:
         if not fresh:
             episode.started_at = plan.logged.started_at
         session = EpisodeSession(env, episode, self.config, self.count_text_tokens, self.model.count_tokens)
+        session.plan = plan
         if fresh:
             self.log.start(episode)
-        else:
+        elif not session.finished:
             session.replay(plan.logged.steps)
         return session
 
@@ -115,7 +124,7 @@ class Runner:
                     while active[slot] is None and pending:
                         session = self._start(env, pending.pop())
                         if session.finished:
-                            self._end(session, stats, progress)
+                            self._end(session, stats, progress, pending)
                         else:
                             active[slot] = session
                 live = [(i, s) for i, s in enumerate(active) if s is not None]
@@ -133,7 +142,7 @@ class Runner:
                     step = session.apply(completion)
                     self._record(session, step, completion, stats)
                     if session.finished:
-                        self._end(session, stats, progress)
+                        self._end(session, stats, progress, pending)
                         active[slot] = None
                 if progress is not None:
                     progress.steps_done(len(live))
@@ -152,8 +161,13 @@ class Runner:
         stats.generated_tokens += completion.completion_tokens
         stats.prompt_tokens += completion.prompt_tokens
 
-    def _end(self, session: EpisodeSession, stats: RunnerStats, progress: Progress | None) -> None:
+    def _end(
+        self, session: EpisodeSession, stats: RunnerStats, progress: Progress | None, pending: list[EpisodePlan]
+    ) -> None:
         self.log.end(session.episode)
+        if session.episode.status == "error" and not session.plan.is_retry:
+            pending.append(session.plan.retry())
+            return
         stats.episodes.append(session.episode)
         if self.on_episode_end is not None:
             self.on_episode_end(session.episode)

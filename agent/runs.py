@@ -43,6 +43,7 @@ class RunSummary:
     successes: int
     steps: int
     invalid_steps: int
+    errored: int = 0
 
     @property
     def success_rate(self) -> float:
@@ -114,9 +115,11 @@ def find_run(stores: list[RunStore], run_id: str) -> RunStore:
 
 
 def summarise(episodes: list[Episode]) -> RunSummary:
-    """Counts over `episodes` (only finished ones count towards success)."""
-    finished = [e for e in episodes if e.finished]
+    """Counts over `episodes`: episodes that ended in an environment error are counted apart
+    (they are retried once, and are neither successes nor failures)."""
+    finished = [e for e in episodes if e.finished and e.status != "error"]
     return RunSummary(
+        errored=sum(1 for e in episodes if e.status == "error"),
         episodes=len(episodes),
         finished=len(finished),
         successes=sum(1 for e in finished if e.success),

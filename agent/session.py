@@ -54,7 +54,12 @@ class EpisodeSession:
         self._count = count
         self._count_messages = count_messages
         self.last_prompt: PromptReport | None = None
-        self.observation: Observation = env.reset(episode.seed)
+        self.plan = None
+        try:
+            self.observation: Observation = env.reset(episode.seed)
+        except Exception as exc:  # an engine that cannot start ends this episode, not the run
+            self.observation = Observation(text="", goal="")
+            self._finish("error", f"environment error on reset: {exc!r}")
         self.episode.goal = self.observation.goal
         self.history: list[HistoryItem] = []
         self.feedback: str | None = None

@@ -26,13 +26,18 @@ class SeedFolds:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A named task: `family/variant`, a factory, its folds and a one-line description."""
+    """A named task: `family/variant`, a factory, its folds and a one-line description.
+
+    `uses_cache_dir`: the factory takes `cache_dir=` (where generated games are kept); the
+    agent passes `<home>/games`.
+    """
 
     name: str
     factory: Callable[..., TextEnv]
     description: str
     folds: SeedFolds = field(default_factory=SeedFolds)
     max_steps: int = 20
+    uses_cache_dir: bool = False
 
     @property
     def family(self) -> str:

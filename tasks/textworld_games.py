@@ -336,5 +336,6 @@ for _kind_spec in KINDS.values():
             description=f"TextWorld: {_kind_spec.description}",
             folds=FOLDS,
             max_steps=_kind_spec.max_steps,
+            uses_cache_dir=True,
         )
     )

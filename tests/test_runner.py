@@ -182,3 +182,50 @@ def test_run_stores_experience_and_eval_keeps_out_of_memory(crl_home):
         episodes = bank.ls(kind="episode")
         assert len(episodes) == 2
         assert {e.seed for e in episodes} == set(fold_seeds("keyroom/key", "train", 2))
+
+
+class CrashingEnv:
+    """Keyroom whose engine 'crashes' on the first reset of seed 1 and on a step of seed 2."""
+
+    crashes = {"reset": 1, "step": 1}
+
+    def __init__(self):
+        from tasks.keyroom import KeyroomEnv
+
+        self.inner = KeyroomEnv("key")
+        self.name = "keyroom/key"
+        self.seed = None
+
+    def reset(self, seed):
+        self.seed = seed
+        if seed == 1 and self.crashes["reset"]:
+            self.crashes["reset"] -= 1
+            raise RuntimeError("engine died on reset")
+        return self.inner.reset(seed)
+
+    def step(self, action):
+        if self.seed == 2 and self.crashes["step"]:
+            self.crashes["step"] -= 1
+            raise RuntimeError("engine died on step")
+        return self.inner.step(action)
+
+    def close(self):
+        pass
+
+
+def test_engine_errors_mark_the_episode_errored_and_retry_it_once(crl_home, monkeypatch):
+    import agent.app
+
+    monkeypatch.setattr(agent.app, "make_env", lambda name: CrashingEnv())
+    seeds = fold_seeds("keyroom/key", "train", 3)
+    replies = {s: solve(s, "key") for s in seeds}
+    model = ScriptedModel(lambda msgs: " look")
+    result = start_run(settings_for(crl_home, parallel=1, max_steps=2), "keyroom/key", 3, model=model)
+    by_id = {e.episode_id: e for e in result.episodes}
+    run_id = result.info.run_id
+    assert by_id[f"{run_id}-0001"].status == "error" and "reset" in by_id[f"{run_id}-0001"].end_reason
+    assert by_id[f"{run_id}-0002"].status == "error" and "step" in by_id[f"{run_id}-0002"].end_reason
+    assert by_id[f"{run_id}-0001-retry"].status == "truncated"
+    assert by_id[f"{run_id}-0002-retry"].status == "truncated"
+    report = result.report()
+    assert report["errored"] == 2 and report["episodes"] == 3
