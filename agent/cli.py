@@ -202,18 +202,23 @@ def evaluate(
 
 @app.command()
 @friendly_errors
-def tasks(as_json: bool = JsonOpt) -> None:
+def tasks(
+    family: Optional[str] = typer.Argument(None, help="Only this family (keyroom, twx, sciworld, tw)."),
+    long: bool = typer.Option(False, "--long", "-l", help="Add descriptions and seed ranges."),
+    as_json: bool = JsonOpt,
+) -> None:
     """List the tasks, their step limits and seed folds."""
-    from tasks.registry import list_tasks
+    from tasks.registry import FOLDS, list_tasks
 
-    specs = list_tasks()
+    specs = [s for s in list_tasks() if family is None or s.family == family]
+    if family is not None and not specs:
+        raise ValueError(f"no task family {family!r}; families: {', '.join(sorted({s.family for s in list_tasks()}))}")
     rows = [
         {
             "name": s.name,
             "max_steps": s.max_steps,
-            "train": f"{s.folds.train.start}-{s.folds.train.stop - 1}",
-            "dev": f"{s.folds.dev.start}-{s.folds.dev.stop - 1}",
-            "test": f"{s.folds.test.start}-{s.folds.test.stop - 1}",
+            **{f: f"{s.folds.get(f).start}-{s.folds.get(f).stop - 1}" for f in FOLDS},
+            "sizes": "/".join(str(len(s.folds.get(f))) for f in FOLDS),
             "description": s.description,
         }
         for s in specs
@@ -221,14 +226,15 @@ def tasks(as_json: bool = JsonOpt) -> None:
     if as_json:
         out.print_json(json.dumps(rows))
         return
-    table = Table(title="tasks")
-    table.add_column("name", no_wrap=True, style="bold")
-    table.add_column("steps", justify="right")
-    table.add_column("description")
-    table.add_column("seed folds", no_wrap=True)
+    table = Table(title=f"tasks ({len(rows)})", caption=None if long else "--long adds descriptions and seed ranges")
+    table.add_column("name", style="bold", overflow="fold", max_width=44)
+    table.add_column("steps", justify="right", min_width=5, no_wrap=True)
+    table.add_column("train/dev/test", justify="right", no_wrap=True)
+    if long:
+        table.add_column("description")
     for r in rows:
-        folds = f"train {r['train']}\ndev {r['dev']}\ntest {r['test']}"
-        table.add_row(r["name"], str(r["max_steps"]), r["description"], folds)
+        seeds = r["sizes"] if not long else f"{r['train']} / {r['dev']} / {r['test']}"
+        table.add_row(r["name"], str(r["max_steps"]), seeds, *([r["description"]] if long else []))
     out.print(table)
 
 
