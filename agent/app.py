@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from agent.advisor import MemoryAdvisor
 from agent.config import Settings
 from agent.llm.base import ChatModel, GenerationConfig
 from agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
@@ -13,6 +14,7 @@ from agent.runner import EpisodePlan, Progress, Runner, RunnerStats
 from agent.runs import RunInfo, RunStore, RunSummary, find_run, new_run_id, summarise
 from agent.session import DEFAULT_STOP, LoopConfig
 from memory.episode_log import EpisodeLog
+from memory.retrieval import Retriever
 from memory.trajectory import Episode
 from tasks.evaluation import wilson_interval
 from tasks.registry import fold_seeds, get_task, make_env
@@ -177,6 +179,11 @@ def resume_run(
     return _execute(settings, store, info, plans, model, progress, on_episode_end)
 
 
+def uses_memory_in_loop(settings: Settings) -> bool:
+    """Whether episodes retrieve from memory (for prompts or for the policy)."""
+    return settings.memory.enabled and (settings.agent.memory != "off" or settings.agent.policy != "llm")
+
+
 def _execute(
     settings: Settings,
     store: RunStore,
@@ -186,12 +193,25 @@ def _execute(
     progress: Progress | None,
     on_episode_end: Callable[[Episode], None] | None,
 ) -> RunResult:
-    writes_memory = settings.memory.enabled and info.kind != "eval"
-    bank = open_bank(settings, actor=f"run:{info.run_id}") if writes_memory else None
+    learns = info.kind != "eval"
+    in_loop = uses_memory_in_loop(settings)
+    bank = None
+    if settings.memory.enabled and (learns or in_loop):
+        bank = open_bank(settings, actor=f"run:{info.run_id}")
     try:
-        if bank is not None:
+        advisor = None
+        if bank is not None and learns:
             bank.sync()
-        hooks = [h for h in (bank.submit if bank else None, on_episode_end) if h is not None]
+        if bank is not None and in_loop:
+            advisor = MemoryAdvisor(
+                bank,
+                Retriever(bank, settings.retrieval, seed=info.seeds[0] if info.seeds else 0),
+                mode=settings.agent.memory,
+                policy=settings.agent.policy,
+                learn=learns,
+            )
+        submit = bank.submit if bank is not None and learns and advisor is None else None
+        hooks = [h for h in (submit, on_episode_end) if h is not None]
         with EpisodeLog(store.log_path(info.run_id)) as log:
             runner = Runner(
                 model=model,
@@ -202,6 +222,7 @@ def _execute(
                 task=info.task,
                 adapter=info.adapter,
                 on_episode_end=lambda ep: [h(ep) for h in hooks],
+                advisor=advisor,
             )
             stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
     finally:

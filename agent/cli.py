@@ -101,6 +101,27 @@ BackendOpt = typer.Option(None, "--backend", help="local, openai or auto.")
 BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (implies --backend openai).")
 AdapterOpt = typer.Option(None, "--adapter", help="LoRA adapter folder for a local model.")
 MemoryUrlOpt = typer.Option(None, "--memory-url", help="Chroma server shared by several processes (http://HOST:PORT).")
+MemoryModeOpt = typer.Option(None, "--memory", help="Memories in prompts: off, cases, steps or full.")
+PolicyOpt = typer.Option(None, "--policy", help="Who acts: llm, memory (episodic control) or mixed.")
+KSuccessOpt = typer.Option(None, "--k-success", help="Successful episodes shown per step.")
+KFailureOpt = typer.Option(None, "--k-failure", help="Failed episodes shown per step (the contrast).")
+EpsilonOpt = typer.Option(None, "--epsilon", help="Chance a memory slot goes to a novel, rarely used memory.")
+NoUtilityOpt = typer.Option(False, "--no-utility", help="Rank memories without their learned utility.")
+RerankOpt = typer.Option(None, "--rerank", help="default or cross-encoder (needs retrieval.cross_encoder_model).")
+
+
+def _memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank) -> dict[str, Any]:
+    return {
+        "agent__memory": memory,
+        "agent__policy": policy,
+        "retrieval__k_success": k_success,
+        "retrieval__k_failure": k_failure,
+        "retrieval__epsilon": epsilon,
+        "retrieval__use_utility": False if no_utility else None,
+        "retrieval__rerank": rerank,
+    }
+
+
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 
 
@@ -130,6 +151,13 @@ def run(
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run by id."),
     no_memory: bool = typer.Option(False, "--no-memory", help="Do not store this run's experience in the bank."),
     memory_url: Optional[str] = MemoryUrlOpt,
+    memory: Optional[str] = MemoryModeOpt,
+    policy: Optional[str] = PolicyOpt,
+    k_success: Optional[int] = KSuccessOpt,
+    k_failure: Optional[int] = KFailureOpt,
+    epsilon: Optional[float] = EpsilonOpt,
+    no_utility: bool = NoUtilityOpt,
+    rerank: Optional[str] = RerankOpt,
     model: Optional[str] = ModelOpt,
     backend: Optional[str] = BackendOpt,
     base_url: Optional[str] = BaseUrlOpt,
@@ -145,6 +173,7 @@ def run(
             agent__max_steps=max_steps,
             memory__enabled=False if no_memory else None,
             memory__url=memory_url,
+            **_memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank),
             **_model_flags(model, backend, base_url, adapter),
         )
     )
@@ -176,6 +205,14 @@ def evaluate(
     episodes: int = typer.Option(20, "--episodes", "-n", help="Episodes to evaluate."),
     parallel: Optional[int] = typer.Option(None, "--parallel", "-k"),
     max_steps: Optional[int] = typer.Option(None, "--max-steps"),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    memory: Optional[str] = MemoryModeOpt,
+    policy: Optional[str] = PolicyOpt,
+    k_success: Optional[int] = KSuccessOpt,
+    k_failure: Optional[int] = KFailureOpt,
+    epsilon: Optional[float] = EpsilonOpt,
+    no_utility: bool = NoUtilityOpt,
+    rerank: Optional[str] = RerankOpt,
     model: Optional[str] = ModelOpt,
     backend: Optional[str] = BackendOpt,
     base_url: Optional[str] = BaseUrlOpt,
@@ -188,7 +225,13 @@ def evaluate(
     if fold not in ("dev", "test"):
         raise ValueError("--fold must be dev or test (train seeds are for collecting experience)")
     settings = _settings(
-        _overrides(agent__parallel=parallel, agent__max_steps=max_steps, **_model_flags(model, backend, base_url, adapter))
+        _overrides(
+            agent__parallel=parallel,
+            agent__max_steps=max_steps,
+            memory__url=memory_url,
+            **_memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank),
+            **_model_flags(model, backend, base_url, adapter),
+        )
     )
     crl.get_task(task)
     with EpisodeProgress(episodes, err, description=f"eval {task} [{fold}]") as progress:
@@ -338,6 +381,33 @@ def show(
         return
     for e in episodes:
         render_episode(out, e)
+
+
+@app.command()
+@friendly_errors
+def explain(
+    run_id: str = typer.Argument(..., help="Run id (see `crl runs`)."),
+    episode: int = typer.Argument(..., help="Episode number within the run."),
+    step: Optional[int] = typer.Argument(None, help="One step only."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """What memory offered at each step, why (score breakdown), and what the agent then did."""
+    from agent.app import run_stores
+    from agent.explain import explain_step, render_explanation
+    from agent.runs import find_run
+
+    store = find_run(run_stores(_settings(_overrides())), run_id)
+    wanted = f"{run_id}-{episode:04d}"
+    found = [e for e in store.episodes(run_id) if e.episode_id == wanted]
+    if not found:
+        raise ValueError(f"run {run_id} has no episode {episode}")
+    ep = found[0]
+    if step is not None and not any(s.index == step for s in ep.steps):
+        raise ValueError(f"episode {episode} has no step {step} (it has {len(ep.steps)})")
+    if as_json:
+        out.print_json(json.dumps([explain_step(s) for s in ep.steps if step is None or s.index == step]))
+        return
+    render_explanation(out, ep, step)
 
 
 from agent.cli_memory import memory_app  # noqa: E402

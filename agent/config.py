@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from memory.config import MemoryConfig
+from memory.retrieval_config import RetrievalConfig
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -86,6 +87,16 @@ class AgentSettings(BaseModel):
     fuzzy_threshold: float = Field(
         0.75, description="Similarity needed to map a reply onto an admissible action."
     )
+    memory: Literal["off", "cases", "steps", "full"] = Field(
+        "full",
+        description="Memories put into prompts: off, cases (similar episodes, successes and failures), "
+        "steps (what was done in similar states, with action values), full (all, plus rules).",
+    )
+    policy: Literal["llm", "memory", "mixed"] = Field(
+        "mixed",
+        description="Who picks the action: llm; memory (episodic control, no model call when actions are "
+        "listed); mixed (the model, unless memory holds a confident, clearly better value).",
+    )
 
 
 class Settings(BaseSettings):
@@ -102,6 +113,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
+from agent.advisor import MemoryAdvisor
 from agent.llm.base import ChatModel, Completion, Message
+from memory.retrieval import RetrievalQuery
 from agent.session import EpisodeSession, LoopConfig
 from memory.episode_log import EpisodeLog
 from memory.trajectory import Episode, Step
@@ -47,6 +49,7 @@ class RunnerStats:
     generated_tokens: int = 0
     prompt_tokens: int = 0
     model_seconds: float = 0.0
+    retrieval_seconds: float = 0.0
     wall_seconds: float = 0.0
     episodes: list[Episode] = field(default_factory=list)
 
@@ -61,6 +64,7 @@ class Runner:
         config: the loop's guards and prompt shape.
         run_id, task, model_name, adapter: copied onto every episode record.
         on_episode_end: called with each finished episode (memory ingestion hooks in here).
+        advisor: memory in the loop (retrieval, prompt items, policy, credit); None for none.
     """
 
     def __init__(
@@ -74,6 +78,7 @@ class Runner:
         model_name: str = "",
         adapter: str | None = None,
         on_episode_end: Callable[[Episode], None] | None = None,
+        advisor: MemoryAdvisor | None = None,
     ):
         self.model = model
         self.make_env = make_env
@@ -84,6 +89,7 @@ class Runner:
         self.model_name = model_name or getattr(model, "name", "")
         self.adapter = adapter
         self.on_episode_end = on_episode_end
+        self.advisor = advisor
 
     def count_text_tokens(self, text: str) -> int:
         """Tokens of `text` as the model counts them (without chat overhead)."""
@@ -130,16 +136,22 @@ class Runner:
                 live = [(i, s) for i, s in enumerate(active) if s is not None]
                 if not live:
                     break
-                batch: list[list[Message]] = [s.messages() for _, s in live]
-                t = time.monotonic()
-                completions = self.model.generate(batch, self.config.generation)
-                stats.model_seconds += time.monotonic() - t
-                if len(completions) != len(batch):
-                    raise RuntimeError(
-                        f"model returned {len(completions)} replies for a batch of {len(batch)}"
-                    )
-                for (slot, session), completion in zip(live, completions):
-                    step = session.apply(completion)
+                packs = self._retrieve([s for _, s in live], stats)
+                asks = [self.advisor is None or self.advisor.wants_model(s.observation.admissible_actions) for _, s in live]
+                batch: list[list[Message]] = [
+                    s.messages(self.advisor.prompt_items(pack) if self.advisor else ())
+                    for (_, s), pack, ask in zip(live, packs, asks)
+                    if ask
+                ]
+                replies = iter(self._generate(batch, stats))
+                for (slot, session), pack, ask in zip(live, packs, asks):
+                    completion = next(replies) if ask else None
+                    choose = memory = None
+                    if self.advisor is not None:
+                        admissible = session.observation.admissible_actions
+                        choose = self.advisor.chooser(pack, admissible, session.tried_here())
+                        memory = pack.to_dict()
+                    step = session.apply(completion, choose=choose, memory=memory)
                     self._record(session, step, completion, stats)
                     if session.finished:
                         self._end(session, stats, progress, pending)
@@ -155,16 +167,48 @@ class Runner:
             stats.wall_seconds = time.monotonic() - t0
         return stats
 
-    def _record(self, session: EpisodeSession, step: Step, completion: Completion, stats: RunnerStats) -> None:
+    def _retrieve(self, sessions: list[EpisodeSession], stats: RunnerStats) -> list:
+        """One batched retrieval for every running episode (None each without memory)."""
+        if self.advisor is None:
+            return [None] * len(sessions)
+        t = time.monotonic()
+        packs = self.advisor.packs([
+            RetrievalQuery(
+                family=s.episode.family,
+                task=s.episode.task,
+                goal=s.observation.goal,
+                observation=s.observation.text,
+                history=s.recent_actions(),
+                admissible=s.observation.admissible_actions,
+            )
+            for s in sessions
+        ])
+        stats.retrieval_seconds += time.monotonic() - t
+        return packs
+
+    def _generate(self, batch: list[list[Message]], stats: RunnerStats) -> list[Completion]:
+        if not batch:
+            return []
+        t = time.monotonic()
+        completions = self.model.generate(batch, self.config.generation)
+        stats.model_seconds += time.monotonic() - t
+        if len(completions) != len(batch):
+            raise RuntimeError(f"model returned {len(completions)} replies for a batch of {len(batch)}")
+        return completions
+
+    def _record(self, session: EpisodeSession, step: Step, completion: Completion | None, stats: RunnerStats) -> None:
         self.log.step(session.episode.episode_id, step)
         stats.steps += 1
-        stats.generated_tokens += completion.completion_tokens
-        stats.prompt_tokens += completion.prompt_tokens
+        if completion is not None:
+            stats.generated_tokens += completion.completion_tokens
+            stats.prompt_tokens += completion.prompt_tokens
 
     def _end(
         self, session: EpisodeSession, stats: RunnerStats, progress: Progress | None, pending: list[EpisodePlan]
     ) -> None:
         self.log.end(session.episode)
+        if self.advisor is not None:
+            self.advisor.episode_end(session.episode, session.used_memory)
         if session.episode.status == "error" and not session.plan.is_retry:
             pending.append(session.plan.retry())
             return

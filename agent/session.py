@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from agent.llm.base import Completion, GenerationConfig, Message
 from agent.parsing import normalise, parse_reply
@@ -54,6 +54,7 @@ class EpisodeSession:
         self._count = count
         self._count_messages = count_messages
         self.last_prompt: PromptReport | None = None
+        self.used_memory: list[str] = []
         self.plan = None
         try:
             self.observation: Observation = env.reset(episode.seed)
@@ -110,14 +111,35 @@ class EpisodeSession:
             return ""
         return "Thought:" if self.config.react else "Action:"
 
-    def apply(self, completion: Completion, decided_by: str = "llm") -> Step:
+    def tried_here(self) -> set[str]:
+        """Actions (and unusable replies) already tried in the current situation."""
+        return self._tried.get(self.observation.text, set())
+
+    def recent_actions(self) -> list[str]:
+        """The actions of the history window, oldest first."""
+        return [h.action for h in self.history[-self.config.history_window :]] if self.config.history_window else []
+
+    def apply(
+        self,
+        completion: Completion | None,
+        choose: Callable[[str | None], tuple[str | None, str, str]] | None = None,
+        memory: dict | None = None,
+    ) -> Step:
         """Parse the reply, act on the environment, record the step and check the guards.
 
-        With the loop breaker on, a reply the model already gave in this same situation
-        (greedy decoding on a deterministic game repeats itself forever) is replaced by an
-        action not yet tried here; the step records the replacement and `decided_by`.
+        Args:
+            completion: the model's reply, or None when the policy decided without the model.
+            choose: the policy: maps the model's action (None if unusable) to
+                `(action, decided_by, reason)`; without it the model's action is taken.
+            memory: what memory offered at this step (logged for `crl explain`).
+
+        With the loop breaker on, a reply already given in this same situation (greedy
+        decoding on a deterministic game repeats itself forever) is replaced by an action not
+        yet tried here; the step records the replacement and `decided_by`.
         """
-        raw = self.reply_prefix + completion.text
+        asked_model = completion is not None
+        completion = completion or Completion(text="", finish_reason="none")
+        raw = self.reply_prefix + completion.text if asked_model else ""
         parsed = parse_reply(raw, self.observation.admissible_actions, self.config.fuzzy_threshold)
         step = Step(
             index=len(self.episode.steps),
@@ -129,14 +151,22 @@ class EpisodeSession:
             prompt_tokens=completion.prompt_tokens,
             completion_tokens=completion.completion_tokens,
             latency_s=completion.latency_s,
-            decided_by=decided_by,
             extra={"match": parsed.match, "raw_action": parsed.raw_action},
         )
-        if self.last_prompt is not None:
+        if asked_model and self.last_prompt is not None:
             step.extra["prompt"] = self.last_prompt.to_dict()
+            self.used_memory.extend(self.last_prompt.memory_keys)
+        if memory is not None:
+            step.extra["memory"] = memory
         self.tokens_used += completion.prompt_tokens + completion.completion_tokens
         action = parsed.action
         reply_key = action if action is not None else "invalid: " + normalise(parsed.raw_action)
+        if choose is not None:
+            action, step.decided_by, reason = choose(parsed.action)
+            step.extra["policy"] = {"decided_by": step.decided_by, "reason": reason, "model_action": parsed.action}
+            step.action = action or ""
+            if step.decided_by != "llm" and action is not None:
+                reply_key = action
         tried = self._tried.setdefault(self.observation.text, set())
         if self.config.loop_breaker and reply_key in tried:
             alternative = self._untried_action(tried, step.index)

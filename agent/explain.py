@@ -1,0 +1,71 @@
+"""`crl explain`: what memory offered at each step, why, and what the agent then did."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from memory.trajectory import Episode, Step
+
+
+def explain_step(step: Step) -> dict:
+    """The explanation of one step as plain data (what `--json` prints)."""
+    memory = step.extra.get("memory") or {}
+    prompt = step.extra.get("prompt") or {}
+    return {
+        "step": step.index,
+        "observation": step.observation,
+        "model_reply": step.raw_output,
+        "action": step.action,
+        "valid": step.valid,
+        "reward": step.reward,
+        "decided_by": step.decided_by,
+        "policy": step.extra.get("policy"),
+        "loop_break": step.extra.get("loop_break"),
+        "prompt": {k: prompt.get(k) for k in ("tokens", "budget", "memory_keys", "dropped", "shortened")} if prompt else None,
+        "memories": memory.get("memories", []),
+        "action_values": memory.get("action_values", {}),
+        "explored": memory.get("explored"),
+        "baseline": memory.get("baseline"),
+    }
+
+
+def render_explanation(console: Console, episode: Episode, only_step: int | None = None) -> None:
+    """Print, step by step, the memories retrieved with their score breakdown, the action
+    values, which of them reached the prompt, who decided, and the action taken."""
+    outcome = "[green]success[/]" if episode.success else f"[red]{episode.status}[/]"
+    console.rule(f"[bold]{episode.episode_id}[/]  {episode.task}  seed {episode.seed}  {outcome}")
+    for step in episode.steps:
+        if only_step is not None and step.index != only_step:
+            continue
+        e = explain_step(step)
+        console.print(f"\n[bold]step {step.index}[/]  {step.observation.strip().splitlines()[-1] if step.observation.strip() else ''}")
+        in_prompt = set((e["prompt"] or {}).get("memory_keys") or [])
+        if e["memories"]:
+            table = Table(show_header=True, header_style="bold", title="retrieved", title_justify="left")
+            for col in ("slot", "id", "score", "why", "in prompt"):
+                table.add_column(col, overflow="fold")
+            for m in e["memories"]:
+                why = ", ".join(f"{k} {v:+.2f}" for k, v in m.get("breakdown", {}).items() if v)
+                reason = "explore" if m.get("reason") == "explore" else ""
+                table.add_row(m.get("slot", ""), m["id"], f"{m['score']:.3f}", (reason + " " + why).strip(), "yes" if m["id"] in in_prompt else "no")
+            console.print(table)
+        elif step.extra.get("memory") is not None:
+            console.print("  [dim]memory had nothing for this state[/]")
+        if e["action_values"]:
+            console.print("  action values: " + "; ".join(
+                f"{v['hint']} (value {v['value']:+.2f}, support {v['support']:.1f})" for v in e["action_values"].values()
+            ))
+        if e["prompt"]:
+            p = e["prompt"]
+            cut = f", dropped {len(p['dropped'])}" if p.get("dropped") else ""
+            console.print(f"  prompt: {p['tokens']} of {p['budget']} tokens{cut}")
+        if step.raw_output:
+            console.print(f"  model replied: {step.raw_output.strip()!r}")
+        decided = e["decided_by"]
+        reason = (e["policy"] or {}).get("reason")
+        if e["loop_break"]:
+            reason = f"loop breaker replaced {e['loop_break']['replaced']!r}"
+        style = "yellow" if step.valid else "red"
+        console.print(f"  → [{style}]{step.action or '(invalid)'}[/] decided by [bold]{decided}[/]" + (f": {reason}" if reason else "")
+                      + (f"  [green]reward {step.reward:g}[/]" if step.reward else ""))
