@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agent.advisor import MemoryAdvisor
+from agent.random_actor import RandomActor
 from agent.config import Settings
 from agent.llm.base import ChatModel, GenerationConfig
 from agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
@@ -181,7 +182,8 @@ def resume_run(
 
 def uses_memory_in_loop(settings: Settings) -> bool:
     """Whether episodes retrieve from memory (for prompts or for the policy)."""
-    return settings.memory.enabled and (settings.agent.memory != "off" or settings.agent.policy != "llm")
+    agent = settings.agent
+    return settings.memory.enabled and agent.policy != "random" and (agent.memory != "off" or agent.policy != "llm")
 
 
 def _execute(
@@ -210,6 +212,8 @@ def _execute(
                 policy=settings.agent.policy,
                 learn=learns,
             )
+        if settings.agent.policy == "random":
+            advisor = RandomActor(bank if learns else None, seed=info.seeds[0] if info.seeds else 0)
         submit = bank.submit if bank is not None and learns and advisor is None else None
         hooks = [h for h in (submit, on_episode_end) if h is not None]
         with EpisodeLog(store.log_path(info.run_id)) as log:

@@ -102,7 +102,7 @@ BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (
 AdapterOpt = typer.Option(None, "--adapter", help="LoRA adapter folder for a local model.")
 MemoryUrlOpt = typer.Option(None, "--memory-url", help="Chroma server shared by several processes (http://HOST:PORT).")
 MemoryModeOpt = typer.Option(None, "--memory", help="Memories in prompts: off, cases, steps or full.")
-PolicyOpt = typer.Option(None, "--policy", help="Who acts: llm, memory (episodic control) or mixed.")
+PolicyOpt = typer.Option(None, "--policy", help="Who acts: llm, memory (episodic control), mixed, or random (baseline).")
 KSuccessOpt = typer.Option(None, "--k-success", help="Successful episodes shown per step.")
 KFailureOpt = typer.Option(None, "--k-failure", help="Failed episodes shown per step (the contrast).")
 EpsilonOpt = typer.Option(None, "--epsilon", help="Chance a memory slot goes to a novel, rarely used memory.")
@@ -408,6 +408,87 @@ def explain(
         out.print_json(json.dumps([explain_step(s) for s in ep.steps if step is None or s.index == step]))
         return
     render_explanation(out, ep, step)
+
+
+experiment_app = typer.Typer(help="Learning curves: how much experience reuse helps.", no_args_is_help=True)
+app.add_typer(experiment_app, name="experiment")
+
+
+@experiment_app.command("curve")
+@friendly_errors
+def experiment_curve(
+    task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
+    arms: str = typer.Option("random,none,memory,mixed", "--arms", help="Comma-separated: none, random, memory, mixed, episodic."),
+    budget: int = typer.Option(40, "--budget", help="Training episodes per arm and repeat."),
+    eval_every: int = typer.Option(10, "--eval-every", help="Evaluate after every E training episodes."),
+    eval_episodes: int = typer.Option(20, "--eval-episodes", help="Dev episodes per evaluation (the same seeds each time)."),
+    repeats: int = typer.Option(3, "--repeats", help="Repeats per arm (each with its own train seeds and fresh memory)."),
+    out_dir: Path = typer.Option(Path("experiments/curve"), "--out", help="Results folder (an interrupted experiment resumes)."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-k"),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps"),
+    model: Optional[str] = ModelOpt,
+    backend: Optional[str] = BackendOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    adapter: Optional[str] = AdapterOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Train each arm on train seeds and evaluate it on dev seeds every E episodes; writes
+    results.json, curve.png and table.md."""
+    from agent.experiment import ARMS, CurveSpec, run_curve, summarise
+    from agent.llm.factory import build_chat_model
+
+    arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+    unknown = [a for a in arm_list if a not in ARMS]
+    if unknown:
+        raise ValueError(f"unknown arm(s) {', '.join(unknown)}; arms: {', '.join(ARMS)}")
+    if eval_every <= 0 or budget % eval_every:
+        raise ValueError("--budget must be a positive multiple of --eval-every")
+    overrides = _overrides(agent__parallel=parallel, agent__max_steps=max_steps, **_model_flags(model, backend, base_url, adapter))
+    overrides.pop("home", None)
+    settings = _settings(overrides)
+    spec = CurveSpec(task, arm_list, budget, eval_every, eval_episodes, repeats, overrides)
+    chat = build_chat_model(settings)
+    total = len(arm_list) * repeats * (budget // eval_every + 1)
+    with EpisodeProgress(total, err, description=f"curve {task}") as progress:
+        results = run_curve(spec, out_dir, chat, on_point=lambda run, point: progress.point_done(run.arm, point.rate))
+    rows = summarise(results)
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    _print_curve(rows, out_dir)
+
+
+def _print_curve(rows: list[dict], out_dir: Path) -> None:
+    table = Table(title="dev success by arm")
+    for col in ("arm", "after N train episodes", "success", "95% CI", "per repeat"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r["arm"], str(r["train_episodes"]), f"{r['success_rate']:.1%}",
+            f"{r['ci95'][0]:.0%}-{r['ci95'][1]:.0%}", ", ".join(f"{x:.0%}" for x in r["per_repeat"]),
+        )
+    out.print(table)
+    out.print(f"plot: {out_dir / 'curve.png'}   table: {out_dir / 'table.md'}")
+
+
+@experiment_app.command("report")
+@friendly_errors
+def experiment_report(
+    results: list[Path] = typer.Argument(..., help="results.json files (or their folders)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Re-draw the plot and table of saved results."""
+    from agent.experiment import load_results, summarise, write_report
+
+    for path in results:
+        path = path / "results.json" if path.is_dir() else path
+        data = load_results(path)
+        write_report(data, path.parent)
+        rows = summarise(data)
+        if as_json:
+            out.print_json(json.dumps(rows))
+        else:
+            _print_curve(rows, path.parent)
 
 
 from agent.cli_memory import memory_app  # noqa: E402

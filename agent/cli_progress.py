@@ -43,6 +43,10 @@ class EpisodeProgress:
         self.successes += int(episode.success)
         self._bar.update(self._task, advance=1, rate=f"{self.successes / self.finished:.0%}")
 
+    def point_done(self, arm: str, rate: float) -> None:
+        """One evaluation point of a learning curve."""
+        self._bar.update(self._task, advance=1, rate=f"{arm} {rate:.0%}")
+
     def steps_done(self, n: int) -> None:
         self.steps += n
         sps = self.steps / max(time.monotonic() - self._t0, 1e-9)

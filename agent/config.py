@@ -92,10 +92,11 @@ class AgentSettings(BaseModel):
         description="Memories put into prompts: off, cases (similar episodes, successes and failures), "
         "steps (what was done in similar states, with action values), full (all, plus rules).",
     )
-    policy: Literal["llm", "memory", "mixed"] = Field(
+    policy: Literal["llm", "memory", "mixed", "random"] = Field(
         "mixed",
         description="Who picks the action: llm; memory (episodic control, no model call when actions are "
-        "listed); mixed (the model, unless memory holds a confident, clearly better value).",
+        "listed); mixed (the model, unless memory holds a confident, clearly better value); random "
+        "(a uniformly random admissible action: the baseline to beat).",
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 from agent.advisor import MemoryAdvisor
+from agent.random_actor import RandomActor
 from agent.llm.base import ChatModel, Completion, Message
 from memory.retrieval import RetrievalQuery
 from agent.session import EpisodeSession, LoopConfig
@@ -78,7 +79,7 @@ class Runner:
         model_name: str = "",
         adapter: str | None = None,
         on_episode_end: Callable[[Episode], None] | None = None,
-        advisor: MemoryAdvisor | None = None,
+        advisor: MemoryAdvisor | RandomActor | None = None,
     ):
         self.model = model
         self.make_env = make_env
@@ -150,7 +151,7 @@ class Runner:
                     if self.advisor is not None:
                         admissible = session.observation.admissible_actions
                         choose = self.advisor.chooser(pack, admissible, session.tried_here())
-                        memory = pack.to_dict()
+                        memory = pack.to_dict() if pack is not None else None
                     step = session.apply(completion, choose=choose, memory=memory)
                     self._record(session, step, completion, stats)
                     if session.finished:

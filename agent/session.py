@@ -133,9 +133,10 @@ class EpisodeSession:
                 `(action, decided_by, reason)`; without it the model's action is taken.
             memory: what memory offered at this step (logged for `crl explain`).
 
-        With the loop breaker on, a reply already given in this same situation (greedy
+        With the loop breaker on, a model reply already given in this same situation (greedy
         decoding on a deterministic game repeats itself forever) is replaced by an action not
-        yet tried here; the step records the replacement and `decided_by`.
+        yet tried here; the step records the replacement and `decided_by`. Other policies
+        keep their choice (the memory policy avoids repeats itself; random stays random).
         """
         asked_model = completion is not None
         completion = completion or Completion(text="", finish_reason="none")
@@ -165,10 +166,8 @@ class EpisodeSession:
             action, step.decided_by, reason = choose(parsed.action)
             step.extra["policy"] = {"decided_by": step.decided_by, "reason": reason, "model_action": parsed.action}
             step.action = action or ""
-            if step.decided_by != "llm" and action is not None:
-                reply_key = action
         tried = self._tried.setdefault(self.observation.text, set())
-        if self.config.loop_breaker and reply_key in tried:
+        if self.config.loop_breaker and step.decided_by == "llm" and reply_key in tried:
             alternative = self._untried_action(tried, step.index)
             if alternative is not None:
                 step.extra["loop_break"] = {"replaced": action or parsed.raw_action}

@@ -73,6 +73,29 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix / np.maximum(norms, 1e-12)
 
 
+_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_sentence_transformer(path: str, device: str) -> Any:
+    """One loaded model per process and (path, device): a process that opens several banks
+    (an experiment, a test suite) loads it once, quietly."""
+    with _MODELS_LOCK:
+        key = (path, device)
+        if key not in _MODELS:
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+
+            bars = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+            try:
+                _MODELS[key] = SentenceTransformer(path, device=device)
+            finally:
+                if bars:
+                    hf_logging.enable_progress_bar()
+        return _MODELS[key]
+
+
 @register_embedding_function
 class SentenceTransformerEmbedding(EmbeddingFunction[Documents]):
     """A sentence-transformers model (loaded on first use), batched, L2-normalised."""
@@ -97,9 +120,7 @@ class SentenceTransformerEmbedding(EmbeddingFunction[Documents]):
             if self._model is None:
                 path = resolve_model_path(self.model_name)
                 try:
-                    from sentence_transformers import SentenceTransformer
-
-                    self._model = SentenceTransformer(path, device=self.device)
+                    self._model = _load_sentence_transformer(str(path), self.device)
                 except Exception as e:
                     raise EmbeddingModelError(
                         f"could not load embedding model {self.model_name!r} from {path!r} ({e}). "

@@ -105,7 +105,16 @@ def build_records(
     )
     steps = []
     skills = tags.step_skills(episode.steps)
+    subgoal_in: list[int | None] = [None] * len(skills)
+    following: int | None = None
+    for i in range(len(skills) - 1, -1, -1):
+        following = i if skills[i] else following
+        subgoal_in[i] = None if following is None else following - i
+    seen: set[tuple[str, str]] = set()
     for i, step in enumerate(episode.steps):
+        pair = (step.observation, step.action)
+        repeated = pair in seen
+        seen.add(pair)
         steps.append(
             StepRecord(
                 id=step_record_id(family, episode.episode_id, i),
@@ -132,6 +141,9 @@ def build_records(
                 source=ep_record.source,
                 model=episode.model,
                 adapter=episode.adapter,
+                episode_length=len(episode.steps),
+                repeated=repeated,
+                subgoal_in=subgoal_in[i],
                 created_at=step.time,
                 updated_at=now,
             )

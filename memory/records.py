@@ -197,12 +197,28 @@ class StepRecord(_Record):
     novelty: float = Field(ge=0, le=1)
     model: str = ""
     adapter: str | None = None
+    episode_length: int | None = Field(
+        None, ge=1, description="Steps in the episode when stored (None in records stored before this field)."
+    )
+    repeated: bool = Field(
+        False, description="The same action was taken after the same observation earlier in the episode (a loop)."
+    )
+    subgoal_in: int | None = Field(
+        None, ge=0, description="Steps from this one to the next that reached a sub-goal (0: this one did); None if none did."
+    )
 
     @model_validator(mode="after")
     def _check_id(self):
         if self.id != step_record_id(self.family, self.episode_id, self.index):
             raise ValueError(f"id {self.id!r} does not match family, episode_id and index")
         return self
+
+    @property
+    def steps_to_end(self) -> int | None:
+        """Steps taken after this one until the episode ended (0 for the last), if known."""
+        if self.episode_length is None:
+            return None
+        return max(0, self.episode_length - 1 - self.index)
 
     @property
     def text(self) -> str:

@@ -108,3 +108,14 @@ def test_crl_explain_shows_retrieval_and_decisions(taught, monkeypatch):
     assert len(steps) == 1 and steps[0]["memories"] and steps[0]["prompt"]["tokens"] > 0
     r = CliRunner().invoke(app, ["explain", run_id, "0", "9"])
     assert r.exit_code == 1 and "no step 9" in r.output
+
+
+def test_random_policy_is_a_seeded_baseline_without_model_calls(crl_home):
+    model = ScriptedModel([])
+    settings = settings_for(crl_home, policy="random", max_steps=4)
+    first = start_run(settings, TASK, 3, model=model)
+    again = start_run(settings, TASK, 3, model=model)
+    assert model.calls == []
+    steps = [s for e in first.episodes for s in e.steps]
+    assert all(s.decided_by == "random" and s.action in s.admissible_actions for s in steps)
+    assert [s.action for e in first.episodes for s in e.steps] == [s.action for e in again.episodes for s in e.steps]

@@ -1,0 +1,221 @@
+"""Learning curves: how much experience reuse helps, arm by arm.
+
+For each arm and repeat: a fresh data directory (fresh memory), train-fold episodes in order,
+and after every `eval_every` of them an evaluation on a fixed dev set. Results are written
+after every evaluation point, so an interrupted experiment resumes where it stopped.
+
+Arms are settings overrides, the same knobs as `crl run`:
+
+- `none`: no memory at all (the model alone); `random`: a random admissible action;
+- `memory`: memory in prompts (`--memory full --policy llm`);
+- `mixed`: memory in prompts and episodic control (`--memory full --policy mixed`);
+- `episodic`: episodic control alone (`--policy memory`).
+
+Arms that keep no memory cannot change between evaluation points: they are evaluated once
+and that figure stands for every point (their train episodes would be wasted compute).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agent.config import Settings, load_settings
+from agent.llm.base import ChatModel
+from tasks.evaluation import wilson_interval
+
+ARMS: dict[str, dict[str, Any]] = {
+    "none": {"agent": {"memory": "off", "policy": "llm"}, "memory": {"enabled": False}},
+    "random": {"agent": {"policy": "random"}, "memory": {"enabled": False}},
+    "memory": {"agent": {"memory": "full", "policy": "llm"}},
+    "mixed": {"agent": {"memory": "full", "policy": "mixed"}},
+    "episodic": {"agent": {"memory": "off", "policy": "memory"}},
+}
+
+
+@dataclass
+class CurvePoint:
+    """One evaluation: after `train_episodes` (and `train_steps` environment steps) of training."""
+
+    train_episodes: int
+    train_steps: int
+    successes: int
+    episodes: int
+    mean_steps: float
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+
+@dataclass
+class ArmRun:
+    """One repeat of one arm."""
+
+    arm: str
+    repeat: int
+    points: list[CurvePoint] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class CurveSpec:
+    """What an experiment measures."""
+
+    task: str
+    arms: list[str]
+    budget: int
+    eval_every: int
+    eval_episodes: int
+    repeats: int
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def arm_settings(base: dict[str, Any], arm: str, home: Path) -> Settings:
+    """The settings of `arm`, on top of the experiment's common overrides."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; arms: {', '.join(ARMS)}")
+    layers: dict[str, Any] = json.loads(json.dumps(base))
+    for section, values in ARMS[arm].items():
+        layers.setdefault(section, {}).update(values)
+    layers["home"] = str(home)
+    return load_settings(layers)
+
+
+def learns(arm: str) -> bool:
+    """Whether an arm can change between evaluation points."""
+    return ARMS[arm].get("memory", {}).get("enabled", True)
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A results file as written by `run_curve`."""
+    return json.loads(Path(path).read_text())
+
+
+def _save(path: Path, spec: CurveSpec, runs: list[ArmRun]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"spec": asdict(spec), "runs": [asdict(r) for r in runs]}, indent=1))
+    tmp.replace(path)
+
+
+def run_curve(
+    spec: CurveSpec,
+    out_dir: Path,
+    model: ChatModel,
+    on_point: Callable[[ArmRun, CurvePoint], None] | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) the experiment; returns the results written to `out_dir/results.json`."""
+    from agent.app import start_run
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "results.json"
+    runs: list[ArmRun] = []
+    if path.exists():
+        old = load_results(path)
+        if old["spec"] != asdict(spec):
+            raise ValueError(f"{path} holds a different experiment; choose another --out")
+        runs = [ArmRun(r["arm"], r["repeat"], [CurvePoint(**p) for p in r["points"]], r["seconds"]) for r in old["runs"]]
+    done = {(r.arm, r.repeat): r for r in runs}
+    checkpoints = list(range(0, spec.budget + 1, spec.eval_every))
+    for arm in spec.arms:
+        for rep in range(spec.repeats):
+            run = done.get((arm, rep)) or ArmRun(arm, rep)
+            if (arm, rep) not in done:
+                runs.append(run)
+                done[(arm, rep)] = run
+            home = out_dir / arm / f"repeat-{rep}"
+            settings = arm_settings(spec.overrides, arm, home)
+            trained = run.points[-1].train_episodes if run.points else 0
+            steps = run.points[-1].train_steps if run.points else 0
+            for point in checkpoints[len(run.points):]:
+                t0 = time.monotonic()
+                if point > trained and learns(arm):
+                    result = start_run(settings, spec.task, point - trained, seed_start=rep * spec.budget + trained, model=model)
+                    steps += sum(len(e.steps) for e in result.episodes)
+                trained = point
+                if run.points and not learns(arm):
+                    first = run.points[0]
+                    evaluated = CurvePoint(point, steps, first.successes, first.episodes, first.mean_steps)
+                else:
+                    ev = start_run(settings, spec.task, spec.eval_episodes, fold="dev", kind="eval", model=model)
+                    r = ev.report()
+                    evaluated = CurvePoint(point, steps, r["successes"], r["episodes"], r["mean_steps"])
+                run.points.append(evaluated)
+                run.seconds += time.monotonic() - t0
+                _save(path, spec, runs)
+                if on_point is not None:
+                    on_point(run, evaluated)
+    results = load_results(path)
+    write_report(results, out_dir)
+    return results
+
+
+def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per arm and evaluation point: pooled success over repeats with a 95% interval."""
+    rows = []
+    by_arm: dict[str, list[dict]] = {}
+    for r in results["runs"]:
+        by_arm.setdefault(r["arm"], []).append(r)
+    for arm, reps in by_arm.items():
+        n_points = min(len(r["points"]) for r in reps)
+        for i in range(n_points):
+            pts = [r["points"][i] for r in reps]
+            s, n = sum(p["successes"] for p in pts), sum(p["episodes"] for p in pts)
+            lo, hi = wilson_interval(s, n)
+            rows.append({
+                "arm": arm,
+                "train_episodes": pts[0]["train_episodes"],
+                "train_steps": sum(p["train_steps"] for p in pts) / len(pts),
+                "success_rate": s / n if n else 0.0,
+                "ci95": [lo, hi],
+                "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
+                "repeats": len(pts),
+            })
+    return rows
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """Write `curve.png` (success vs training episodes, mean with a band over repeats) and
+    `table.md`; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summarise(results)
+    spec = results["spec"]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        pts = [r for r in rows if r["arm"] == arm]
+        x = [p["train_episodes"] for p in pts]
+        y = [p["success_rate"] for p in pts]
+        ax.plot(x, y, marker="o", label=arm)
+        ax.fill_between(x, [p["ci95"][0] for p in pts], [p["ci95"][1] for p in pts], alpha=0.15)
+    ax.set_xlabel("training episodes (train fold)")
+    ax.set_ylabel(f"dev success rate ({spec['eval_episodes']} episodes x {spec['repeats']} repeats)")
+    ax.set_ylim(0, 1)
+    ax.set_title(spec["task"])
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png = out_dir / "curve.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    lines = [
+        f"# {spec['task']}: dev success vs training episodes",
+        "",
+        "| arm | after N train episodes | mean train steps | dev success | 95% CI | per repeat |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        per = ", ".join(f"{x:.0%}" for x in r["per_repeat"])
+        lines.append(
+            f"| {r['arm']} | {r['train_episodes']} | {r['train_steps']:.0f} | {r['success_rate']:.1%} | "
+            f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%} | {per} |"
+        )
+    md = out_dir / "table.md"
+    md.write_text("\n".join(lines) + "\n")
+    return png, md

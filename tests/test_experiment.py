@@ -1,0 +1,80 @@
+"""The learning-curve harness on tiny budgets with a scripted model."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+import agent.app
+from agent.cli import app
+from agent.experiment import CurveSpec, load_results, run_curve, summarise
+from agent.llm.scripted import ScriptedModel
+from tasks.keyroom import solve
+from tasks.registry import get_task
+
+
+def solver_model():
+    """Replies with the keyroom solver's next action for the state in the prompt (any seed)."""
+    from tasks.keyroom import KeyroomEnv
+
+    plans = {}
+    for fold in ("train", "dev"):
+        rng = get_task("keyroom/key").folds.get(fold)
+        for seed in list(rng[:40]):
+            env = KeyroomEnv("key")
+            obs = env.reset(seed)
+            for action in solve(seed, "key"):
+                plans[obs.text] = action
+                obs = env.step(action).observation
+
+    def reply(messages):
+        text = messages[1]["content"]
+        now = text.split("Now: ", 1)[1].split("\n\nValid actions:")[0]
+        return " " + plans.get(now, "look")
+
+    return ScriptedModel(reply)
+
+
+def test_curve_writes_results_plot_and_table_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = CurveSpec("keyroom/key", ["random", "none", "episodic"], budget=4, eval_every=2, eval_episodes=3,
+                     repeats=2, overrides={"agent": {"reply_format": "action", "parallel": 2, "loop_breaker": False}})
+    model = ScriptedModel(lambda msgs: " look")
+    results = run_curve(spec, tmp_path / "exp", model)
+    assert (tmp_path / "exp" / "curve.png").stat().st_size > 1000
+    assert "| episodic |" in (tmp_path / "exp" / "table.md").read_text()
+    rows = summarise(results)
+    assert {r["arm"] for r in rows} == {"random", "none", "episodic"}
+    assert [r["train_episodes"] for r in rows if r["arm"] == "episodic"] == [0, 2, 4]
+    assert all(r["repeats"] == 2 for r in rows)
+    none = [r["success_rate"] for r in rows if r["arm"] == "none"]
+    assert none == [0.0, 0.0, 0.0]  # "look" never wins; memoryless arms are evaluated once
+    calls = len(model.calls)
+    run_curve(spec, tmp_path / "exp", model)  # resumes: nothing left to do
+    assert len(model.calls) == calls
+    assert load_results(tmp_path / "exp" / "results.json")["spec"]["budget"] == 4
+
+
+def test_episodic_control_learns_from_a_teacher_within_the_curve(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = CurveSpec("keyroom/key", ["memory"], budget=4, eval_every=4, eval_episodes=2, repeats=1,
+                     overrides={"agent": {"reply_format": "action", "parallel": 2}})
+    results = run_curve(spec, tmp_path / "exp", solver_model())
+    rows = summarise(results)
+    assert [r["success_rate"] for r in rows] == [1.0, 1.0]
+    assert rows[1]["train_steps"] > 0
+
+
+def test_cli_curve_and_report(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("agent.llm.factory.build_chat_model", lambda settings: ScriptedModel(lambda m: " look"))
+    r = CliRunner().invoke(app, ["experiment", "curve", "keyroom/key", "--arms", "random,none", "--budget", "2",
+                                 "--eval-every", "2", "--eval-episodes", "2", "--repeats", "1", "--out", "exp", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output[r.output.index("["):])
+    assert {x["arm"] for x in rows} == {"random", "none"}
+    r = CliRunner().invoke(app, ["experiment", "report", "exp"])
+    assert r.exit_code == 0 and "dev success by arm" in r.output
+    r = CliRunner().invoke(app, ["experiment", "curve", "keyroom/key", "--arms", "bogus"])
+    assert r.exit_code == 1 and "unknown arm" in r.output
