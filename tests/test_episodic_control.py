@@ -1,0 +1,167 @@
+"""Episodic control: action values from stored neighbours, the mixed and memory policies."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from memory.episodic_control import (
+    ActionValue,
+    action_values,
+    choose_memory,
+    choose_mixed,
+    normalise_action,
+    vote_weight,
+)
+from memory.ingest import EpisodeTags, build_records
+from memory.retrieval import Retriever, RetrievalQuery
+from memory.retrieval_config import RetrievalConfig
+from tests.retrieval_fixtures import GOAL, HALL, bank, episode, no_default_embedding, step_record  # noqa: F401
+
+CFG = RetrievalConfig()
+
+
+def _votes(*specs):
+    """(action, outcome, steps_to_end, similarity, extra fields) -> neighbours."""
+    out = []
+    for n, (action, outcome, to_end, sim, *extra) in enumerate(specs):
+        fields = extra[0] if extra else {}
+        out.append((step_record(f"e{n}", 0, action, outcome, length=to_end + 1, **fields), sim))
+    return out
+
+
+def test_an_action_that_mostly_led_to_success_ranks_first_and_says_so():
+    neighbours = _votes(
+        *[("Take the brass key.", "success", 0, 1.0)] * 4,
+        ("take brass key", "failure", 3, 1.0),
+        *[("look", "failure", 5, 1.0)] * 3,
+        ("go north", "success", 2, 1.0),
+    )
+    values = action_values(neighbours, ["look", "go north", "take brass key"], CFG)
+    assert list(values) == ["take brass key", "go north", "look"]
+    key = values["take brass key"]
+    assert key.hint == "take brass key → success 4 of 5"
+    assert (key.n, key.successes, key.failures) == (5, 4, 1)
+    assert key.value == pytest.approx((4 * 1.0 - 0.9**3) / 5)
+    assert values["go north"].value == pytest.approx(0.9**2)
+    assert values["look"].value == pytest.approx(-(0.9**5))
+    assert key.support == pytest.approx(5.0) and len(key.evidence) == 5
+
+
+def test_invalid_and_looping_actions_count_against_even_in_successful_episodes():
+    neighbours = _votes(
+        ("open door", "success", 1, 1.0, {"valid": False}),
+        ("look", "success", 2, 1.0, {"repeated": True}),
+        ("take brass key", "success", 0, 1.0),
+    )
+    values = action_values(neighbours, ["open door", "look", "take brass key"], CFG)
+    assert values["open door"].value == pytest.approx(-CFG.ec_invalid_penalty)
+    assert values["look"].value == pytest.approx(-CFG.ec_loop_penalty)
+    assert values["take brass key"].value == 1.0
+    assert values["open door"].hint == "open door → success 1 of 1 (1 invalid)"
+    assert values["look"].hint.endswith("(1 repeated)")
+
+
+def test_votes_are_weighted_by_similarity_and_thin_or_unknown_evidence_is_left_out():
+    assert vote_weight(1.0, 0.5) == 1.0 and vote_weight(0.75, 0.5) == 0.5 and vote_weight(0.3, 0.5) == 0.0
+    neighbours = _votes(
+        ("go north", "success", 0, 1.0),
+        ("go north", "failure", 0, 0.75),
+        ("go south", "success", 0, 0.4),  # below ec_min_similarity
+        ("look", "unfinished", 0, 1.0),  # outcome unknown
+    )
+    values = action_values(neighbours, ["go north", "go south", "look"], CFG)
+    assert list(values) == ["go north"]
+    assert values["go north"].value == pytest.approx((1.0 - 0.5) / 1.5)
+    assert values["go north"].support == pytest.approx(1.5)
+    only_one = action_values(neighbours, ["go north"], RetrievalConfig(ec_neighbours=1))
+    assert only_one["go north"].n == 1
+
+
+def test_actions_match_by_normalised_text_then_by_verb_and_last_word():
+    neighbours = _votes(("take iron key", "success", 0, 1.0), ("Go North!", "success", 0, 1.0))
+    values = action_values(neighbours, ["take brass key", "take brass lamp", "go north", "go south"], CFG)
+    assert set(values) == {"take brass key", "go north"}
+    assert values["take brass key"].support == pytest.approx(CFG.ec_partial_weight)
+    exact_only = action_values(neighbours, ["take brass key", "go north"], RetrievalConfig(ec_partial_weight=0.0))
+    assert set(exact_only) == {"go north"}
+    assert normalise_action("  Take the Brass KEY. ") == "take brass key"
+
+
+def _value(action, value, support, wins=1, n=1):
+    return ActionValue(action, value, support, n, wins, n - wins)
+
+
+def test_mixed_policy_overrides_only_when_memory_is_confident_and_clearly_better():
+    cfg = RetrievalConfig(mixed_threshold=0.3, mixed_min_support=1.5)
+    values = {"take brass key": _value("take brass key", 0.8, 3.0, 3, 3), "look": _value("look", -0.5, 2.0, 0, 2)}
+    action, by, why = choose_mixed("look", values, cfg)
+    assert (action, by) == ("take brass key", "memory") and "success 3 of 3" in why
+    assert choose_mixed("go north", values, cfg)[:2] == ("take brass key", "memory")  # unknown counts as 0
+    assert choose_mixed("Take the brass key", values, cfg)[:2] == ("Take the brass key", "llm")  # agrees
+    thin = {"take brass key": _value("take brass key", 0.9, 1.0)}
+    assert choose_mixed("look", thin, cfg)[:2] == ("look", "llm")  # not enough support
+    close = {"take brass key": _value("take brass key", 0.5, 3.0), "look": _value("look", 0.3, 3.0)}
+    action, by, why = choose_mixed("look", close, cfg)
+    assert (action, by) == ("look", "llm") and "needs 0.30" in why
+    assert choose_mixed(None, values, cfg)[:2] == ("take brass key", "memory")
+    assert choose_mixed(None, {}, cfg)[:2] == (None, "llm")
+
+
+def test_memory_policy_prefers_known_good_then_untried_then_known_bad():
+    values = {"take brass key": _value("take brass key", 0.9, 4.0), "look": _value("look", -0.6, 4.0, 0, 4)}
+    rng = random.Random(0)
+    assert choose_memory(values, ["look", "take brass key", "go north"], rng)[0] == "take brass key"
+    action, why = choose_memory({"look": values["look"]}, ["look", "go north"], rng)
+    assert action == "go north" and "no experience" in why  # optimism explores
+    assert choose_memory(values, ["look", "take brass key"], rng, tried=["take brass key"])[0] == "take brass key"
+    cfg = RetrievalConfig(ec_loop_penalty=1.0)
+    assert choose_memory({}, ["look", "go north"], rng, cfg, tried=["look"])[0] == "go north"
+    with pytest.raises(ValueError, match="admissible"):
+        choose_memory(values, [], rng)
+
+
+def test_memory_policy_breaks_ties_with_the_seeded_rng():
+    admissible = ["go north", "go south", "go east", "go west"]
+    draws = [choose_memory({}, admissible, random.Random(s))[0] for s in range(40)]
+    assert len(set(draws)) == 4
+    assert [choose_memory({}, admissible, random.Random(5))[0] for _ in range(3)] == [draws[5]] * 3
+
+
+def test_ingest_marks_episode_length_repeated_steps_and_the_next_subgoal():
+    ep = episode("r1", 0, ["look", "look", "take brass key", "go north"], False, [HALL, HALL, HALL, HALL])
+    ep.steps[2].info = {"subgoals": {"key": True, "door": False}}
+    ep.steps[3].info = {"subgoals": {"key": True, "door": False}}
+    _, steps = build_records(ep, EpisodeTags([0.0] * 4, [0.0] * 4, 0.0), 3, now=1.0)
+    assert [s.repeated for s in steps] == [False, True, False, False]
+    assert [s.steps_to_end for s in steps] == [3, 2, 1, 0] and steps[0].episode_length == 4
+    assert [s.subgoal_in for s in steps] == [2, 1, 0, None]
+
+
+def test_reaching_a_subgoal_credits_the_steps_toward_it_in_a_failed_episode():
+    neighbours = _votes(
+        ("go north", "failure", 9, 1.0, {"subgoal_in": 2}),
+        ("look", "failure", 9, 1.0),
+    )
+    values = action_values(neighbours, ["go north", "look"], CFG)
+    assert values["go north"].value == pytest.approx(CFG.ec_subgoal_value * 0.9**2)
+    assert values["look"].value == pytest.approx(-(0.9**9))
+    off = action_values(neighbours, ["go north"], RetrievalConfig(ec_subgoal_value=0.0))
+    assert off["go north"].value == pytest.approx(-(0.9**9))
+
+
+def test_retriever_values_admissible_actions_from_the_bank(bank):
+    for i in range(4):
+        bank.ingest_episode(episode("r1", i, ["take brass key"], True, [HALL]))
+    bank.ingest_episode(episode("r1", 4, ["take brass key", "go north"], False, [HALL, "You are in the attic."]))
+    for i in range(5, 8):
+        bank.ingest_episode(episode("r1", i, ["look", "look"], False, [HALL, HALL]))
+    query = RetrievalQuery("keyroom", "keyroom/key", GOAL, HALL, [], ["look", "go north", "take brass key"])
+    pack = Retriever(bank, RetrievalConfig(epsilon=0.0)).retrieve([query, RetrievalQuery(**{**query.__dict__, "admissible": None})])
+    values = pack[0].action_values
+    assert list(values)[0] == "take brass key"
+    assert values["take brass key"].hint == "take brass key → success 4 of 5"
+    assert values["look"].value < 0 and values["look"].successes == 0
+    assert pack[1].action_values == {}  # no admissible list, no values
+    assert pack[0].to_dict()["action_values"]["take brass key"]["hint"] == "take brass key → success 4 of 5"
