@@ -213,7 +213,8 @@ def _execute(
                 learn=learns,
             )
         if settings.agent.policy == "random":
-            advisor = RandomActor(bank if learns else None, seed=info.seeds[0] if info.seeds else 0)
+            first_seed = info.seeds[0] if info.seeds else 0
+            advisor = RandomActor(bank if learns else None, seed=(settings.llm.seed or 0) * 1_000_003 + first_seed)
         submit = bank.submit if bank is not None and learns and advisor is None else None
         hooks = [h for h in (submit, on_episode_end) if h is not None]
         with EpisodeLog(store.log_path(info.run_id)) as log:

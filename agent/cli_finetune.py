@@ -100,12 +100,6 @@ def finetune_context(
     )
 
 
-def _main_only() -> bool:
-    from finetune.distributed import is_main_process
-
-    return is_main_process()
-
-
 # ---- crl dataset ----------------------------------------------------------------------------
 
 

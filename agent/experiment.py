@@ -1,7 +1,8 @@
 """Learning curves: how much experience reuse helps, arm by arm.
 
-For each arm and repeat: a fresh data directory (fresh memory), train-fold episodes in order,
-and after every `eval_every` of them an evaluation on a fixed dev set. Results are written
+For each arm and repeat: a fresh data directory (fresh memory), train-fold episodes in order
+(each repeat its own train seeds, and `llm.seed` = the repeat number, which seeds sampling
+and the random arm), and after every `eval_every` of them an evaluation on a fixed dev set. Results are written
 after every evaluation point, so an interrupted experiment resumes where it stopped.
 
 Arms are settings overrides, the same knobs as `crl run`:
@@ -128,6 +129,7 @@ def run_curve(
                 done[(arm, rep)] = run
             home = out_dir / arm / f"repeat-{rep}"
             settings = arm_settings(spec.overrides, arm, home)
+            settings.llm.seed = rep
             trained = run.points[-1].train_episodes if run.points else 0
             steps = run.points[-1].train_steps if run.points else 0
             for point in checkpoints[len(run.points):]:
