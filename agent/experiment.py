@@ -13,7 +13,8 @@ Arms are settings overrides, the same knobs as `crl run`:
 - `episodic`: episodic control alone (`--policy memory`).
 
 Arms that keep no memory cannot change between evaluation points: they are evaluated once
-and that figure stands for every point (their train episodes would be wasted compute).
+and that figure stands for every point (their train episodes would be wasted compute). The
+`none` arm with greedy decoding is also identical across repeats, so it runs one repeat.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ def arm_settings(base: dict[str, Any], arm: str, home: Path) -> Settings:
     return load_settings(layers)
 
 
+def deterministic(arm: str, overrides: dict[str, Any]) -> bool:
+    """An arm whose repeats would be identical: no memory and greedy decoding on the same dev
+    seeds. It runs once, and is reported with one repeat (not counted three times)."""
+    greedy = float(overrides.get("llm", {}).get("temperature", 0.0)) == 0.0
+    return arm == "none" and greedy
+
+
 def learns(arm: str) -> bool:
     """Whether an arm can change between evaluation points."""
     return ARMS[arm].get("memory", {}).get("enabled", True)
@@ -123,6 +131,8 @@ def run_curve(
     checkpoints = list(range(0, spec.budget + 1, spec.eval_every))
     for arm in spec.arms:
         for rep in range(spec.repeats):
+            if rep and deterministic(arm, spec.overrides):
+                break
             run = done.get((arm, rep)) or ArmRun(arm, rep)
             if (arm, rep) not in done:
                 runs.append(run)
