@@ -155,9 +155,11 @@ def resume_run(
     on_episode_end: Callable[[Episode], None] | None = None,
 ) -> RunResult:
     """Continue run `run_id`: finished episodes are kept, an interrupted one is replayed from
-    its logged steps and continued, the rest are played."""
+    its logged steps and continued, the rest are played, under the agent and retrieval
+    settings the run started with."""
     store = find_run(run_stores(settings), run_id)
     info = store.load(run_id)
+    settings = _as_started(settings, info)
     logged = {e.episode_id: e for e in store.episodes(run_id)}
     model = model or build_chat_model(settings)
     plans = []
@@ -184,6 +186,14 @@ def uses_memory_in_loop(settings: Settings) -> bool:
     """Whether episodes retrieve from memory (for prompts or for the policy)."""
     agent = settings.agent
     return settings.memory.enabled and agent.policy != "random" and (agent.memory != "off" or agent.policy != "llm")
+
+
+def _as_started(settings: Settings, info: RunInfo) -> Settings:
+    """The settings a run was started with, for what shapes its episodes (the agent loop's
+    guards and format, retrieval), so a resumed run plays by the same rules."""
+    started = info.settings or {}
+    update = {key: type(getattr(settings, key)).model_validate(started[key]) for key in ("agent", "retrieval") if key in started}
+    return settings.model_copy(update=update)
 
 
 def _execute(
