@@ -8,6 +8,7 @@ from typing import Callable
 
 from agent.advisor import MemoryAdvisor
 from agent.random_actor import RandomActor
+from agent.reflect import make_reflector
 from agent.config import Settings
 from agent.llm.base import ChatModel, GenerationConfig
 from agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
@@ -226,7 +227,9 @@ def _execute(
             first_seed = info.seeds[0] if info.seeds else 0
             advisor = RandomActor(bank if learns else None, seed=(settings.llm.seed or 0) * 1_000_003 + first_seed)
         submit = bank.submit if bank is not None and learns and advisor is None else None
-        hooks = [h for h in (submit, on_episode_end) if h is not None]
+        reflector = make_reflector(settings, bank, model) if bank is not None and learns else None
+        reflect = reflector.on_episode_end if reflector is not None else None
+        hooks = [h for h in (submit, reflect, on_episode_end) if h is not None]
         with EpisodeLog(store.log_path(info.run_id)) as log:
             runner = Runner(
                 model=model,

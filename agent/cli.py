@@ -150,6 +150,8 @@ def run(
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run by id."),
     no_memory: bool = typer.Option(False, "--no-memory", help="Do not store this run's experience in the bank."),
+    no_reflect: bool = typer.Option(False, "--no-reflect", help="Do not distil rules every reflect.every episodes."),
+    reflect_model: Optional[str] = typer.Option(None, "--reflect-model", help="A (stronger) model that reflects; default: the acting model."),
     memory_url: Optional[str] = MemoryUrlOpt,
     memory: Optional[str] = MemoryModeOpt,
     policy: Optional[str] = PolicyOpt,
@@ -173,6 +175,8 @@ def run(
             agent__max_steps=max_steps,
             memory__enabled=False if no_memory else None,
             memory__url=memory_url,
+            reflect__enabled=False if no_reflect else None,
+            reflect__model=reflect_model,
             **_memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank),
             **_model_flags(model, backend, base_url, adapter),
         )
@@ -418,7 +422,7 @@ app.add_typer(experiment_app, name="experiment")
 @friendly_errors
 def experiment_curve(
     task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
-    arms: str = typer.Option("random,none,memory,mixed", "--arms", help="Comma-separated: none, random, memory, mixed, episodic."),
+    arms: str = typer.Option("random,none,memory,mixed", "--arms", help="Comma-separated: none, random, memory, memory+rules, mixed, mixed+rules, episodic."),
     budget: int = typer.Option(40, "--budget", help="Training episodes per arm and repeat."),
     eval_every: int = typer.Option(10, "--eval-every", help="Evaluate after every E training episodes."),
     eval_episodes: int = typer.Option(20, "--eval-episodes", help="Dev episodes per evaluation (the same seeds each time)."),
@@ -492,7 +496,10 @@ def experiment_report(
 
 
 from agent.cli_memory import memory_app  # noqa: E402
+from agent.cli_rules import reflect, rules_app  # noqa: E402
 
+memory_app.add_typer(rules_app, name="rules")
+app.command("reflect")(reflect)
 app.add_typer(memory_app, name="memory")
 
 

@@ -56,8 +56,15 @@ def base_model_path(settings: Settings, base: str | None = None) -> Path | str:
     return source
 
 
-def local_evaluator(settings: Settings, base: str | None = None) -> Evaluator:
-    """The gate's evaluator: dev-fold episodes with the local base model plus an adapter (or none)."""
+def local_evaluator(settings: Settings, base: str | None = None, memory: bool | None = None) -> Evaluator:
+    """The gate's evaluator: dev-fold episodes with the local base model plus an adapter (or none).
+
+    Args:
+        memory: keep memory in the loop as configured; False evaluates the model alone
+            (default: `finetune.gate_memory`).
+    """
+    if memory is None:
+        memory = finetune_config(settings).gate_memory
 
     def evaluate(adapter: Path | None, tasks: Sequence[str], episodes: int) -> list[TaskScore]:
         from agent.app import start_run
@@ -65,6 +72,9 @@ def local_evaluator(settings: Settings, base: str | None = None) -> Evaluator:
 
         llm = settings.llm.model_copy(update={"adapter": str(adapter) if adapter else None})
         run_settings = settings.model_copy(update={"llm": llm})
+        if not memory:
+            agent = settings.agent.model_copy(update={"memory": "off", "policy": "llm"})
+            run_settings = run_settings.model_copy(update={"agent": agent})
         model = LocalChatModel(
             base_model_path(settings, base), adapter=adapter, device=llm.device, dtype=llm.dtype,
             cache_dir=settings.models_dir,
@@ -89,13 +99,14 @@ def finetune_context(
     """Everything a round needs, from the settings (what `crl run --finetune-auto` would pass too)."""
     from agent.app import open_bank
 
+    config = config or finetune_config(settings)
     return FinetuneContext(
         home=Path(settings.home),
-        config=config or finetune_config(settings),
+        config=config,
         base_model=base_model_key(base or settings.llm.model),
         base_model_path=Path(base_model_path(settings, base)),
         open_bank=lambda: open_bank(settings, actor="finetune"),
-        evaluator=local_evaluator(settings, base) if gate else None,
+        evaluator=local_evaluator(settings, base, memory=config.gate_memory) if gate else None,
         progress=progress,
     )
 
@@ -465,7 +476,7 @@ def adapters_promote(
         result: dict[str, Any] = {"promoted": True, "reason": entry.reason, "previous": entry.previous}
     else:
         config = finetune_config(settings)
-        decision = run_gate(registry, lineage.id, local_evaluator(settings), config)
+        decision = run_gate(registry, lineage.id, local_evaluator(settings, memory=config.gate_memory), config)
         result = decision.model_dump()
     if as_json:
         out.print_json(json.dumps(result, default=str))

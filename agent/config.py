@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from memory.config import MemoryConfig
+from memory.reflector_config import ReflectorConfig
 from memory.retrieval_config import RetrievalConfig
 from pydantic_settings import (
     BaseSettings,
@@ -115,6 +116,7 @@ class Settings(BaseSettings):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    reflect: ReflectorConfig = Field(default_factory=ReflectorConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -8,8 +8,9 @@ after every evaluation point, so an interrupted experiment resumes where it stop
 Arms are settings overrides, the same knobs as `crl run`:
 
 - `none`: no memory at all (the model alone); `random`: a random admissible action;
-- `memory`: memory in prompts (`--memory full --policy llm`);
-- `mixed`: memory in prompts and episodic control (`--memory full --policy mixed`);
+- `memory`: memory in prompts (`--memory full --policy llm --no-reflect`);
+- `memory+rules`: the same, with the reflector distilling rules every `reflect.every` episodes;
+- `mixed`, `mixed+rules`: memory in prompts and episodic control (`--policy mixed`);
 - `episodic`: episodic control alone (`--policy memory`).
 
 Arms that keep no memory cannot change between evaluation points: they are evaluated once
@@ -32,9 +33,11 @@ from tasks.evaluation import wilson_interval
 ARMS: dict[str, dict[str, Any]] = {
     "none": {"agent": {"memory": "off", "policy": "llm"}, "memory": {"enabled": False}},
     "random": {"agent": {"policy": "random"}, "memory": {"enabled": False}},
-    "memory": {"agent": {"memory": "full", "policy": "llm"}},
-    "mixed": {"agent": {"memory": "full", "policy": "mixed"}},
-    "episodic": {"agent": {"memory": "off", "policy": "memory"}},
+    "memory": {"agent": {"memory": "full", "policy": "llm"}, "reflect": {"enabled": False}},
+    "memory+rules": {"agent": {"memory": "full", "policy": "llm"}, "reflect": {"enabled": True}},
+    "mixed": {"agent": {"memory": "full", "policy": "mixed"}, "reflect": {"enabled": False}},
+    "mixed+rules": {"agent": {"memory": "full", "policy": "mixed"}, "reflect": {"enabled": True}},
+    "episodic": {"agent": {"memory": "off", "policy": "memory"}, "reflect": {"enabled": False}},
 }
 
 

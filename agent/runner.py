@@ -181,6 +181,7 @@ class Runner:
                 observation=s.observation.text,
                 history=s.recent_actions(),
                 admissible=s.observation.admissible_actions,
+                seed=s.episode.seed,
             )
             for s in sessions
         ])

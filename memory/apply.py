@@ -284,10 +284,31 @@ class Materializer:
         loc = self.view.locate(entry.ids).get(entry.ids[0])
         if loc is None or (check_applied and loc.jseq >= entry.seq):
             return
-        rule = loc.record.model_copy(update={"text": entry.payload["text"], "updated_at": entry.time})
+        p = entry.payload
+        rule = _traced(loc.record, p).model_copy(update={
+            "text": p["text"],
+            "score": loc.record.score + float(p.get("delta", 0.0)),
+            "updated_at": entry.time,
+        })
         self.view.put([rule], self.vectors([rule]), entry.seq)
 
     def _rule_vote(self, entry: JournalEntry, check_applied: bool) -> None:
-        delta = float(entry.payload["delta"])
+        p = entry.payload
+        delta = float(p["delta"])
         self._change(entry, self.view.locate(entry.ids), check_applied,
-                     lambda r: r.model_copy(update={"score": r.score + delta}) if isinstance(r, RuleRecord) else None)
+                     lambda r: _traced(r, p).model_copy(update={"score": r.score + delta}) if isinstance(r, RuleRecord) else None)
+
+
+RULE_TRACE_LIMIT = 50  # provenance and reflection ids kept per rule (the journal keeps them all)
+
+
+def _traced(rule: AnyRecord, payload: dict[str, Any]) -> AnyRecord:
+    """A rule with the episode ids and reflection run of a rule_edit / rule_vote entry added."""
+    if not isinstance(rule, RuleRecord):
+        return rule
+    update: dict[str, Any] = {}
+    if payload.get("provenance"):
+        update["provenance"] = list(dict.fromkeys(rule.provenance + list(payload["provenance"])))[-RULE_TRACE_LIMIT:]
+    if payload.get("reflection"):
+        update["reflections"] = list(dict.fromkeys(rule.reflections + [payload["reflection"]]))[-RULE_TRACE_LIMIT:]
+    return rule.model_copy(update=update) if update else rule

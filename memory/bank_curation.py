@@ -33,6 +33,18 @@ from memory.store import BUCKETS, Hit
 from memory.transfer import read_import, write_export
 
 
+def _rule_trace(delta: float, provenance: Sequence[str], reflection: str | None) -> dict:
+    """The optional parts of a rule_edit / rule_vote payload (absent when empty, as in old entries)."""
+    out: dict = {}
+    if delta:
+        out["delta"] = float(delta)
+    if provenance:
+        out["provenance"] = list(provenance)
+    if reflection:
+        out["reflection"] = reflection
+    return out
+
+
 def as_list(ids: str | Iterable[str]) -> list[str]:
     """One id or many, as a list."""
     return [ids] if isinstance(ids, str) else list(ids)
@@ -201,30 +213,73 @@ class CurationMixin:
         provenance: Sequence[str] = (),
         score: float = 1.0,
         actor: str | None = None,
+        *,
+        variant: str | None = None,
+        seed: int | None = None,
+        model: str = "",
+        reflection: str | None = None,
     ) -> str:
-        """Store a rule (an insight for a task family, or 'all'); returns its id."""
+        """Store a rule (an insight for a task family, or 'all'); returns its id.
+
+        Args:
+            variant, seed: limit the rule to one task variant (and one game of it).
+            model: the model that wrote it (empty for a person).
+            reflection: the reflection run that wrote it.
+        """
         if not text.strip():
             raise ValueError("a rule needs text")
         now = time.time()
         rule = RuleRecord(
-            id=rule_record_id(scope, text),
+            id=rule_record_id(scope, text, variant, seed),
             text=text,
             scope=scope,
             score=score,
             provenance=list(provenance),
+            variant=variant,
+            seed=seed,
+            model=model,
+            reflections=[reflection] if reflection else [],
             created_at=now,
             updated_at=now,
         )
         self._write("rule_add", [rule.id], {"record": rule.model_dump(mode="json")}, actor)
         return rule.id
 
-    def edit_rule(self, rule_id: str, text: str, actor: str | None = None) -> None:
-        """Replace a rule's text (its id stays)."""
-        self._write("rule_edit", [self.resolve(rule_id)], {"text": text}, actor)
+    def edit_rule(
+        self,
+        rule_id: str,
+        text: str,
+        actor: str | None = None,
+        *,
+        delta: float = 0.0,
+        provenance: Sequence[str] = (),
+        reflection: str | None = None,
+    ) -> None:
+        """Replace a rule's text (its id stays); `delta` is added to its score in the same entry
+        (a reflector's EDIT counts as a vote), `provenance` and `reflection` are added to its own."""
+        if not text.strip():
+            raise ValueError("a rule needs text")
+        payload: dict = {"text": text}
+        payload.update(_rule_trace(delta, provenance, reflection))
+        self._write("rule_edit", [self.resolve(rule_id)], payload, actor)
 
-    def vote_rule(self, rule_id: str, delta: float, actor: str | None = None) -> None:
-        """Add `delta` to a rule's score (UPVOTE +1, DOWNVOTE -1)."""
-        self._write("rule_vote", [self.resolve(rule_id)], {"delta": float(delta)}, actor)
+    def vote_rule(
+        self,
+        rule_id: str,
+        delta: float,
+        actor: str | None = None,
+        *,
+        provenance: Sequence[str] = (),
+        reflection: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Add `delta` to a rule's score (UPVOTE +1, DOWNVOTE -1); `reason` (e.g. the operation)
+        is kept in the journal, `provenance` and `reflection` are added to the rule's own."""
+        payload: dict = {"delta": float(delta)}
+        payload.update(_rule_trace(0.0, provenance, reflection))
+        if reason:
+            payload["reason"] = reason
+        self._write("rule_vote", [self.resolve(rule_id)], payload, actor)
 
     def rules(self, scope: str | None = None, include_quarantine: bool = False) -> list[RuleRecord]:
         """Rules of a scope (and those for 'all'), highest score first."""

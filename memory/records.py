@@ -44,9 +44,14 @@ def step_record_id(family: str, episode_id: str, index: int) -> str:
     return f"st:{family}:{episode_id}:{index}"
 
 
-def rule_record_id(scope: str, text: str) -> str:
-    """The record id of a rule first written as `text` for `scope` (kept when the text is edited)."""
-    digest = hashlib.sha1(f"{scope}\n{text}".encode()).hexdigest()[:12]
+def rule_record_id(scope: str, text: str, variant: str | None = None, seed: int | None = None) -> str:
+    """The record id of a rule first written as `text` for `scope` (kept when the text is edited).
+
+    A rule limited to a task variant (and seed) hashes those too, so the same text may be
+    a rule of the family and, separately, of one game.
+    """
+    key = f"{scope}\n{text}" if variant is None and seed is None else f"{scope}\n{variant}\n{seed}\n{text}"
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     return f"ru:{scope}:{digest}"
 
 
@@ -234,6 +239,12 @@ class RuleRecord(_Record):
     scope: str = RULE_SCOPE_ALL
     score: float = 1.0
     provenance: list[str] = Field(default_factory=list, description="Episode record ids it came from.")
+    variant: str | None = Field(None, description="Task variant the rule is limited to (None: the whole scope).")
+    seed: int | None = Field(
+        None, description="Task seed (one game) the rule is limited to: a self-critique kept for retries of that game."
+    )
+    model: str = Field("", description="The model that wrote the rule (empty: written by a person).")
+    reflections: list[str] = Field(default_factory=list, description="Reflection runs that created or changed it.")
 
     @model_validator(mode="after")
     def _check_id(self):
@@ -245,6 +256,25 @@ class RuleRecord(_Record):
     @property
     def family(self) -> str:
         return self.scope
+
+    @property
+    def scope_label(self) -> str:
+        """Where the rule applies, e.g. `keyroom`, `keyroom/key` or `keyroom/key#3` (one game)."""
+        label = self.scope if self.variant is None else f"{self.scope}/{self.variant}"
+        return label if self.seed is None else f"{label}#{self.seed}"
+
+    def applies_to(self, family: str, variant: str | None = None, seed: int | None = None) -> bool:
+        """Whether the rule belongs in prompts for a game of `family`/`variant` with `seed`.
+
+        A rule for 'all' or the whole family applies to every game of it; one limited to a
+        variant (or a seed) only to that variant (and seed). An unknown variant or seed
+        (None) matches only rules not limited by it.
+        """
+        if self.scope not in (family, RULE_SCOPE_ALL):
+            return False
+        if self.variant is not None and self.variant != variant:
+            return False
+        return self.seed is None or self.seed == seed
 
 
 Record = Annotated[Union[EpisodeRecord, StepRecord, RuleRecord], Field(discriminator="kind")]

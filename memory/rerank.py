@@ -18,6 +18,10 @@ Candidates arrive by embedding similarity (a pool per query and kind). Each gets
     value       the memory's value label in [0, 1] (tags at ingest, EMA-smoothed by credit)
     recency     0.5 ** (age in days / recency_half_life_days), age since it was stored
 
+and a rule also gets `w_rule * min(max(score, 0), RULE_SCORE_CAP) / RULE_SCORE_CAP`: the
+votes the reflector gave it (`memory.rule_editor`), so among rules about as relevant the
+better supported one wins (breakdown key "rule_score").
+
 Then maximal marginal relevance picks k of them greedily (Carbonell and Goldstein 1998):
 
     next = argmax_i  lambda * score_i - (1 - lambda) * max_{j chosen} cos(e_i, e_j)
@@ -42,10 +46,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memory.records import AnyRecord, EpisodeRecord, StepRecord
+from memory.records import AnyRecord, EpisodeRecord, RuleRecord, StepRecord
 from memory.retrieval_config import RetrievalConfig
 
 DAY_S = 86_400.0
+RULE_SCORE_CAP = 10.0
 TERMS = ("similarity", "outcome", "utility", "value", "recency")
 
 
@@ -132,6 +137,8 @@ def score(candidate: Candidate, config: RetrievalConfig, baseline: float, now: f
         "value": w.value * r.value,
         "recency": w.recency * recency_term(r.created_at, now, config.recency_half_life_days),
     }
+    if isinstance(r, RuleRecord):
+        terms["rule_score"] = w.rule_score * min(max(r.score, 0.0), RULE_SCORE_CAP) / RULE_SCORE_CAP
     return float(sum(terms.values())), terms
 
 

@@ -53,6 +53,8 @@ class RetrievalQuery:
         observation: the current observation text.
         history: previous actions, oldest first (the bank's `history_steps` last are used).
         admissible: the actions the task accepts now, or None when it does not say.
+        seed: the game's seed, when known: rules written for one game (a self-critique
+            after a failure) reach only retries of that game.
     """
 
     family: str
@@ -61,6 +63,13 @@ class RetrievalQuery:
     observation: str
     history: list[str] = field(default_factory=list)
     admissible: list[str] | None = None
+    seed: int | None = None
+
+    @property
+    def variant(self) -> str | None:
+        """The task variant (`key` of `keyroom/key`), None when the task names none."""
+        name = self.task.split("?", 1)[0]
+        return name.split("/", 1)[1] if "/" in name else None
 
 
 @dataclass
@@ -140,8 +149,15 @@ def stored_embeddings(bank, hits: Sequence[Hit]) -> dict[str, np.ndarray]:
     return out
 
 
-def rule_hits(bank, family: str, embeddings: np.ndarray, k: int) -> list[list[Hit]]:
-    """The k rules of `family` (or 'all') nearest to each query vector; exact search, rules are few."""
+def rule_hits(
+    bank, family: str, embeddings: np.ndarray, k: int, games: Sequence[tuple[str | None, int | None]] | None = None
+) -> list[list[Hit]]:
+    """The k rules of `family` (or 'all') nearest to each query vector; exact search, rules are few.
+
+    `games` gives each query's (variant, seed): rules limited to a variant or one game
+    (`RuleRecord.applies_to`) reach only queries about it; without `games`, only rules not
+    limited that way are candidates.
+    """
     rules = [
         (r, v)
         for r, v in bank.view.scan("rule", embeddings=True)
@@ -151,8 +167,10 @@ def rule_hits(bank, family: str, embeddings: np.ndarray, k: int) -> list[list[Hi
         return [[] for _ in range(len(embeddings))]
     sims = np.asarray(embeddings, dtype=np.float32) @ np.stack([v for _, v in rules]).T
     out = []
-    for row in sims:
-        order = np.argsort(-row, kind="stable")[:k]
+    for q, row in enumerate(sims):
+        variant, seed = games[q] if games is not None else (None, None)
+        allowed = np.array([r.applies_to(family, variant, seed) for r, _ in rules])
+        order = [i for i in np.argsort(-row, kind="stable") if allowed[i]][:k]
         out.append([Hit(rules[i][0].id, float(row[i]), rules[i][0]) for i in order])
     return out
 
@@ -216,7 +234,9 @@ class Retriever:
         for i, q in enumerate(queries):
             by_family.setdefault(q.family, []).append(i)
         fetched = {
-            family: self._fetch(family, vectors[idx], any(queries[i].admissible for i in idx))
+            family: self._fetch(
+                family, vectors[idx], any(queries[i].admissible for i in idx), [(queries[i].variant, queries[i].seed) for i in idx]
+            )
             for family, idx in by_family.items()
         }
         t2 = time.perf_counter()
@@ -252,8 +272,11 @@ class Retriever:
 
     # ---- internals ----------------------------------------------------------------------
 
-    def _fetch(self, family: str, vectors: np.ndarray, valuing: bool) -> "_FamilyHits":
-        """Candidate hits of one family for a batch of query vectors, with their embeddings."""
+    def _fetch(
+        self, family: str, vectors: np.ndarray, valuing: bool, games: Sequence[tuple[str | None, int | None]] | None = None
+    ) -> "_FamilyHits":
+        """Candidate hits of one family for a batch of query vectors, with their embeddings
+        (`games`: each query's variant and seed, which decide the rules in scope)."""
         cfg, bank = self.config, self.bank
         empty: list[list[Hit]] = [[] for _ in range(len(vectors))]
         pool = min(cfg.pool, cfg.cross_encoder_pool) if cfg.rerank == "cross-encoder" else cfg.pool
@@ -272,7 +295,7 @@ class Retriever:
             "hints": [
                 [h for h in row[:pool] if h.record.episode_outcome != "unfinished" and h.record.valid] for row in steps
             ] if cfg.k_hints else empty,
-            "rules": rule_hits(bank, family, vectors, pool) if cfg.k_rules else empty,
+            "rules": rule_hits(bank, family, vectors, pool, games) if cfg.k_rules else empty,
         }
         # MMR only changes a pick when at least two are picked from a pool
         wide = [slot for slot, k in slot_sizes(cfg).items() if k >= 2 and slot != "rules"]

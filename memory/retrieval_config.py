@@ -33,6 +33,9 @@ class RerankWeights(BaseModel):
     )
     value: float = Field(0.05, ge=0, description="The memory's value label (tags at ingest, EMA-smoothed by credit).")
     recency: float = Field(0.02, ge=0, description="0.5 ** (age in days / recency_half_life_days).")
+    rule_score: float = Field(
+        0.2, ge=0, description="Rules only: weight of the reflector's vote score, capped at 10 points and scaled to [0, 1]."
+    )
 
 
 class RetrievalConfig(BaseModel):
