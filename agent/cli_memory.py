@@ -81,12 +81,13 @@ def command(name: str | None = None):
 
 
 @contextmanager
-def _bank(memory_url: str | None) -> Iterator[Any]:
-    """The bank of the configured data directory, closed (and its lock released) on exit."""
+def _bank(memory_url: str | None, settings: Any = None) -> Iterator[Any]:
+    """The bank of the configured data directory (or of `settings`), closed (and its lock
+    released) on exit."""
     from agent import app as crl
 
     cli = _cli()
-    settings = cli._settings(cli._overrides(memory__url=memory_url))
+    settings = settings or cli._settings(cli._overrides(memory__url=memory_url))
     bank = crl.open_bank(settings)
     try:
         for warning in bank.warnings:

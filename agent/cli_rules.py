@@ -9,29 +9,20 @@ runs, not when this module loads, to avoid an import cycle (as in `agent.cli_mem
 from __future__ import annotations
 
 import functools
-import json
-from contextlib import contextmanager
-from typing import Any, Iterator, List, Literal, Optional
+from typing import Any, List, Literal, Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from agent.cli_memory import JsonOpt, MemoryUrlOpt, _bank, _cli, _print_json, _say
+
 rules_app = typer.Typer(help="Inspect and curate the rules the reflector learned.", no_args_is_help=True)
 
-JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
-MemoryUrlOpt = typer.Option(None, "--memory-url", help="Chroma server shared by several processes (http://HOST:PORT).")
 FamilyOpt = typer.Option(None, "--family", "-f", help="Task family, e.g. keyroom.")
 RuleArg = typer.Argument(..., help="A rule id (ru:SCOPE:HASH) or a unique part of it, e.g. its hash prefix.")
 RulesArg = typer.Argument(..., help="Rule ids (ru:SCOPE:HASH) or unique parts of them.")
 SORTS = {"score": lambda r: (-r.score, r.id), "recent": lambda r: (-r.created_at, r.id), "use": lambda r: (-r.use_count, r.id)}
-
-
-def _cli():
-    import agent.cli
-
-    return agent.cli
 
 
 def _guarded(fn):
@@ -51,29 +42,6 @@ def command(name: str):
         return rules_app.command(name)(_guarded(fn))
 
     return register
-
-
-@contextmanager
-def _bank(memory_url: str | None, settings: Any = None) -> Iterator[Any]:
-    from agent import app as crl
-
-    cli = _cli()
-    settings = settings or cli._settings(cli._overrides(memory__url=memory_url))
-    bank = crl.open_bank(settings)
-    try:
-        for warning in bank.warnings:
-            cli.err.print(f"[yellow]note:[/] {escape(warning)}")
-        yield bank
-    finally:
-        bank.close()
-
-
-def _print_json(data: Any) -> None:
-    _cli().out.print_json(json.dumps(data, default=str))
-
-
-def _say(message: str) -> None:
-    _cli().out.print(message, highlight=False, markup=False)
 
 
 def resolve_rule(bank, ref: str) -> str:
