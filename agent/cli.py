@@ -498,7 +498,12 @@ def experiment_report(
 from agent.cli_memory import memory_app  # noqa: E402
 from agent.cli_rules import reflect, rules_app  # noqa: E402
 
+from agent.cli_finetune import adapters_app, dataset_app, finetune_app  # noqa: E402
+
 memory_app.add_typer(rules_app, name="rules")
+app.add_typer(dataset_app, name="dataset")
+app.add_typer(finetune_app, name="finetune")
+app.add_typer(adapters_app, name="adapters")
 app.command("reflect")(reflect)
 app.add_typer(memory_app, name="memory")
 

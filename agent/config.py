@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from finetune.config import FinetuneConfig
 from memory.config import MemoryConfig
 from memory.reflector_config import ReflectorConfig
 from memory.retrieval_config import RetrievalConfig
@@ -117,6 +118,7 @@ class Settings(BaseSettings):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     reflect: ReflectorConfig = Field(default_factory=ReflectorConfig)
+    finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -77,8 +77,15 @@ class EpisodeSession:
                 self._tried.setdefault(self.observation.text, set()).add(step.action)
                 obs, _, _, info = self.env.step(step.action)
                 self._advance(step.action, obs, step, info)
+            elif step.action:  # the environment refused it: stepping again reproduces that
+                self._tried.setdefault(self.observation.text, set()).add(step.action)
+                obs, _, _, info = self.env.step(step.action)
+                self._advance(step.action, obs, step, info)
             else:
                 self.feedback = step.extra.get("feedback")
+                raw_action = step.extra.get("raw_action") or ""
+                self._tried.setdefault(self.observation.text, set()).add("invalid: " + normalise(raw_action))
+                self.history.append(HistoryItem(raw_action or "(no action)", self.feedback or ""))
             self.episode.steps.append(step)
             self.tokens_used += step.prompt_tokens + step.completion_tokens
         if steps:

@@ -1,0 +1,1 @@
+"""Fine-tuning rounds: SFT/DPO datasets from the experience bank, LoRA training, adapter registry, gate, scheduler."""

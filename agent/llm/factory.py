@@ -58,7 +58,9 @@ def build_chat_model(settings: Settings) -> ChatModel:
             max_retries=llm.max_retries,
         )
     from agent.llm.local import LocalChatModel
+    from finetune.registry import promoted_adapter_path
 
+    adapter = llm.adapter or promoted_adapter_path(settings, llm.model)
     model_path = llm.model
     if model_path is None:
         from agent.llm.embedded import embedded_model_path
@@ -66,7 +68,7 @@ def build_chat_model(settings: Settings) -> ChatModel:
         model_path = embedded_model_path(settings.models_dir)
     return LocalChatModel(
         model=model_path,
-        adapter=llm.adapter,
+        adapter=str(adapter) if adapter else None,
         device=llm.device,
         dtype=llm.dtype,
         cache_dir=settings.models_dir,

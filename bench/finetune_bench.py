@@ -1,0 +1,257 @@
+"""LoRA fine-tuning on CPU (a benchmark, not a test): training speed, and one expert-iteration loop.
+
+Speed: fills a scratch bank with solver demonstrations (scripted, no model needed), builds
+an SFT dataset with the embedded model's tokenizer, trains a few steps per setting (and,
+with --full, one whole epoch) and scores each adapter on held-out examples.
+
+    python -m bench.finetune_bench [--examples 300] [--steps 12] [--settings fp32,bf16-autocast,fp32+ckpt] [--heldout 16] [--full]
+
+Expert iteration (--expert-iteration): the embedded model collects train-fold episodes with
+memory on, an SFT round trains on the successes, then a DPO round on top; dev-fold success
+with and without memory is reported before and after each round, with 95% intervals.
+
+    python -m bench.finetune_bench --expert-iteration --task keyroom/key --collect 64 --eval 40 --workdir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+from agent.app import start_run  # noqa: E402
+from agent.config import load_settings  # noqa: E402
+from agent.llm.embedded import EMBEDDED_MODEL_NAME, embedded_model_path  # noqa: E402
+from agent.llm.scripted import ScriptedModel  # noqa: E402
+from finetune.build import build_dataset  # noqa: E402
+from finetune.config import FinetuneConfig  # noqa: E402
+from finetune.tokens import load_tokenizer  # noqa: E402
+from finetune.train import TrainJob, run_training  # noqa: E402
+from memory.bank import ExperienceBank  # noqa: E402
+from memory.embeddings import HashingEmbedding  # noqa: E402
+from tasks.keyroom import solve  # noqa: E402
+from tasks.registry import fold_seeds  # noqa: E402
+
+
+def solver_demonstrations(home: Path, task: str, episodes: int, seed_start: int = 0) -> None:
+    """Log `episodes` solver-played episodes of a keyroom task as one run (the agent's prompts, real logs)."""
+    variant = task.split("/", 1)[1]
+    seeds = fold_seeds(task, "train", episodes, seed_start)
+    model = ScriptedModel([" " + a for s in seeds for a in solve(s, variant)], name="scripted")
+    settings = load_settings(
+        {"home": str(home), "agent": {"reply_format": "action", "parallel": 1}, "memory": {"enabled": False}}
+    )
+    start_run(settings, task, episodes, seed_start=seed_start, model=model)
+
+
+def sft_dataset(home: Path, examples: int, models_dir: Path, config: FinetuneConfig) -> Path:
+    """An SFT dataset of about `examples` solver turns (keyroom/compound and keyroom/key)."""
+    per_compound = 8  # solver turns per compound episode, after near-duplicates go
+    solver_demonstrations(home, "keyroom/compound", max(1, examples // per_compound))
+    solver_demonstrations(home, "keyroom/key", max(1, examples // 10))
+    bank = ExperienceBank(home / "memory", runs_dir=home / "runs", embedder=HashingEmbedding(64))
+    try:
+        bank.sync()
+        out = home / "datasets" / "bench-sft"
+        card = build_dataset("sft", bank, config, out, tokenizer=load_tokenizer(embedded_model_path(models_dir)),
+                             base_model=EMBEDDED_MODEL_NAME)
+    finally:
+        bank.close()
+    print(f"dataset: {card.examples} examples, tokens {card.tokens}, max_length {card.max_length}", flush=True)
+    return out
+
+
+def _trim(dataset: Path, examples: int, home: Path) -> Path:
+    """A copy of the dataset with its first `examples` rows (card hash updated)."""
+    from finetune.dataset_card import CARD_FILE, DATA_FILE, file_sha256, read_card
+
+    out = home / "datasets" / f"bench-sft-{examples}"
+    if out.exists():
+        return out
+    out.mkdir(parents=True)
+    lines = (dataset / DATA_FILE).read_text().splitlines(keepends=True)[:examples]
+    (out / DATA_FILE).write_text("".join(lines))
+    card = read_card(dataset).model_copy(update={"examples": len(lines), "sha256": file_sha256(out / DATA_FILE)})
+    (out / CARD_FILE).write_text(card.model_dump_json(indent=2))
+    return out
+
+
+def train_once(dataset: Path, base: Path, config: FinetuneConfig, work: Path, progress: bool) -> dict:
+    import resource
+
+    shutil.rmtree(work, ignore_errors=True)
+    job = TrainJob(work.name, "sft", str(dataset), EMBEDDED_MODEL_NAME, str(base), config.model_dump())
+    t = time.perf_counter()
+    result = run_training(job, work, progress=progress)
+    total = time.perf_counter() - t
+    m = result.metrics
+    return {
+        "steps": m["steps"], "examples_seen": m["examples_seen"], "train_seconds": round(m["wall_seconds"], 1),
+        "round_seconds": round(total, 1), "examples_per_s": round(m["examples_per_s"], 3),
+        "first_loss": m["first_loss"], "last_loss": m["last_loss"],
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+    }
+
+
+def heldout_loss(adapter_dir: Path, base: Path, rows: list[dict]) -> float:
+    """Mean loss per reply token on rows not trained on, in fp32 without autocast (judges learning, not speed)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from finetune.tokens import load_tokenizer
+
+    tok = load_tokenizer(base)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32), str(adapter_dir))
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for row in rows:
+            prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+            full = tok.apply_chat_template(row["prompt"] + row["completion"], tokenize=True, return_dict=True)["input_ids"]
+            ids = torch.tensor([full])
+            logps = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+            picked = logps[torch.arange(len(full) - 1), ids[0, 1:]][len(prompt) - 1 :]
+            total -= float(picked.sum())
+            count += len(picked)
+    return total / count
+
+
+def _eval(settings_home: Path, task: str, episodes: int, adapter: Path | None, memory: bool, models_dir: Path) -> dict:
+    from agent.llm.local import LocalChatModel
+    from tasks.evaluation import wilson_interval
+
+    agent = {"parallel": 8} | ({} if memory else {"memory": "off", "policy": "llm"})
+    settings = load_settings({"home": str(settings_home), "agent": agent, "llm": {"dtype": "bf16"}})
+    model = LocalChatModel(embedded_model_path(models_dir), adapter=adapter, dtype="bf16")
+    try:
+        result = start_run(settings, task, episodes, fold="dev", kind="eval", model=model)
+    finally:
+        model.close()
+    s = result.summary
+    lo, hi = wilson_interval(s.successes, s.finished)
+    return {"success": s.success_rate, "ci95": [round(lo, 3), round(hi, 3)], "episodes": s.finished,
+            "wall_seconds": round(result.stats.wall_seconds, 1)}
+
+
+def expert_iteration(args, models_dir: Path) -> list[dict]:
+    """Collect with memory -> SFT on successes -> evaluate -> DPO on top -> evaluate."""
+    from agent.app import open_bank
+    from agent.llm.local import LocalChatModel
+    from finetune.build import build_dataset
+    from finetune.registry import AdapterRegistry
+    from finetune.rounds import FinetuneContext, train_and_register
+
+    home = Path(args.workdir) / ".crl"
+    base = embedded_model_path(models_dir)
+    settings = load_settings({"home": str(home), "agent": {"parallel": 8}, "llm": {"dtype": "bf16"}})
+    rows: list[dict] = []
+
+    def report(label: str, **fields) -> None:
+        rows.append({"stage": label} | fields)
+        print(json.dumps(rows[-1]), flush=True)
+
+    report("eval base memory=False", **_eval(home, args.task, args.eval, None, False, models_dir))
+    t = time.perf_counter()
+    model = LocalChatModel(base, dtype="bf16")
+    try:
+        collected = start_run(settings, args.task, args.collect, model=model)
+    finally:
+        model.close()
+    s = collected.summary
+    report("collect (memory on, train fold)", success=s.success_rate, episodes=s.finished,
+           wall_seconds=round(time.perf_counter() - t, 1))
+    report("eval base memory=True", **_eval(home, args.task, args.eval, None, True, models_dir))
+    config = FinetuneConfig(epochs=args.epochs, max_length=768)
+    tokenizer = load_tokenizer(base)
+    for kind in ("sft", "dpo"):
+        with open_bank(settings, actor="bench") as bank:
+            card = build_dataset(kind, bank, config, home / "datasets" / kind, tasks=[args.task], tokenizer=tokenizer,
+                                 base_model=EMBEDDED_MODEL_NAME)
+        report(f"{kind} dataset", examples=card.examples, dropped=card.dropped, stats=card.stats)
+        ctx = FinetuneContext(home=home, config=config, base_model=EMBEDDED_MODEL_NAME, base_model_path=base,
+                              progress=False)
+        parent = AdapterRegistry.of(home).ls()[-1].id if kind == "dpo" else None
+        _, lineage = train_and_register(ctx, kind, home / "datasets" / kind, from_adapter=parent)
+        m = lineage.metrics
+        report(f"{kind} round", adapter=lineage.id, steps=m["steps"], wall_seconds=round(m["wall_seconds"], 1),
+               examples_per_s=round(m["examples_per_s"], 3), first_loss=m["first_loss"], last_loss=m["last_loss"])
+        folder = AdapterRegistry.of(home).adapter_dir(lineage.id)
+        for memory in (False, True):
+            report(f"eval {kind} memory={memory}", **_eval(home, args.task, args.eval, folder, memory, models_dir))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=12, help="optimizer steps per setting for the speed comparison")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--settings", default="fp32,bf16-autocast,fp32+ckpt")
+    ap.add_argument("--full", action="store_true", help="also train one full epoch over all examples (fastest setting)")
+    ap.add_argument("--models-dir", default=os.environ.get("CRL_TEST_MODELS_DIR", ".crl/models"))
+    ap.add_argument("--heldout", type=int, default=0, help="score each setting's adapter on this many unseen examples")
+    ap.add_argument("--workdir", help="keep the scratch bank and dataset here (reused when present)")
+    ap.add_argument("--expert-iteration", action="store_true", help="run the expert-iteration loop instead")
+    ap.add_argument("--task", default="keyroom/key")
+    ap.add_argument("--collect", type=int, default=64, help="train-fold episodes collected with memory on")
+    ap.add_argument("--eval", type=int, default=40, help="dev-fold episodes per evaluation")
+    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    models_dir = Path(args.models_dir)
+    if args.expert_iteration:
+        if not args.workdir:
+            raise SystemExit("--expert-iteration needs --workdir (its bank, runs and adapters stay there)")
+        rows = expert_iteration(args, models_dir)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        return
+    base = embedded_model_path(models_dir)
+    config = FinetuneConfig(batch_size=args.batch_size, gradient_accumulation=1, lora_rank=args.rank, lora_alpha=2 * args.rank,
+                            logging_steps=1, save_steps=10_000)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(args.workdir or scratch)
+        built = home / "datasets" / "bench-sft"
+        if not (built / "card.json").is_file():
+            shutil.rmtree(home, ignore_errors=True)
+            sft_dataset(home, args.examples, models_dir, config)
+        dataset = _trim(built, args.examples, home)
+        all_rows = [json.loads(line) for line in (built / "data.jsonl").read_text().splitlines()]
+        heldout = all_rows[-args.heldout:] if args.heldout else []
+        if args.heldout and len(all_rows) - args.heldout < args.steps * args.batch_size:
+            raise SystemExit("not enough examples to hold some out; lower --heldout or --steps")
+        for setting in args.settings.split(","):
+            precision, _, ckpt = setting.partition("+")
+            cfg = config.model_copy(update={"cpu_precision": precision, "gradient_checkpointing": ckpt == "ckpt",
+                                            "max_steps": args.steps})
+            row = {"setting": setting} | train_once(dataset, base, cfg, home / f"work-{setting}", progress=False)
+            if args.heldout:
+                row["heldout_loss"] = round(heldout_loss(home / f"work-{setting}" / "adapter", base, heldout), 4)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        if args.full:
+            fastest = max(rows, key=lambda r: r["examples_per_s"])["setting"]
+            precision, _, ckpt = fastest.partition("+")
+            cfg = config.model_copy(update={"cpu_precision": precision, "gradient_checkpointing": ckpt == "ckpt",
+                                            "epochs": 1.0, "max_steps": -1})
+            row = {"setting": f"{fastest} full epoch"} | train_once(dataset, base, cfg, home / "work-full", progress=True)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

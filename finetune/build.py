@@ -1,0 +1,84 @@
+"""Build a dataset from the bank end to end: read, filter, rebuild prompts, pair, check tokens, write.
+
+    card = build_dataset("sft", bank, config, out_dir, family="keyroom", tokenizer=tok, base_model="smollm2-135m-instruct")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from finetune.config import FinetuneConfig
+from finetune.dataset_card import DatasetCard, write_dataset
+from finetune.dpo_data import build_dpo
+from finetune.sft_data import BuiltDataset, build_sft
+from finetune.source import EpisodeSource, load_episodes
+from finetune.tokens import TokenizerCounter, measure_rows, training_max_length
+
+KINDS = ("sft", "dpo")
+
+
+def collect(
+    kind: str,
+    bank: EpisodeSource,
+    config: FinetuneConfig,
+    family: str | None = None,
+    tasks: Iterable[str] | None = None,
+    counter: TokenizerCounter | None = None,
+) -> BuiltDataset:
+    """The rows of an SFT or DPO dataset from the bank (not yet length-checked)."""
+    if kind not in KINDS:
+        raise ValueError(f"dataset kind must be sft or dpo, not {kind!r}")
+    loaded = load_episodes(bank, config, family=family, tasks=tasks, successes_only=kind == "sft")
+    build = build_sft if kind == "sft" else build_dpo
+    return build(loaded, config, counter=counter, embed=bank.embed)
+
+
+def build_dataset(
+    kind: str,
+    bank: EpisodeSource,
+    config: FinetuneConfig,
+    out_dir: str | Path,
+    family: str | None = None,
+    tasks: Iterable[str] | None = None,
+    tokenizer=None,
+    base_model: str | None = None,
+) -> DatasetCard:
+    """Build and write a dataset; with `tokenizer`, every example is checked and measured first.
+
+    Examples longer than `config.max_length` tokens are dropped (counted as 'too-long') and
+    the card's `max_length` is the longest remaining example, rounded up, so the trainer
+    never truncates a reply.
+
+    Raises:
+        ValueError: no example qualifies (the message lists why episodes were left out).
+        finetune.tokens.TokenizationError: an example would train on the wrong context or on nothing.
+    """
+    counter = TokenizerCounter(tokenizer, base_model or "") if tokenizer is not None else None
+    built = collect(kind, bank, config, family, tasks, counter)
+    tokens, max_length = None, None
+    if tokenizer is not None and built.rows:
+        report = measure_rows(tokenizer, built.rows, config.max_length, name=base_model or "")
+        if report.too_long:
+            built.keep(set(range(len(built.rows))) - set(report.too_long), "too-long")
+            report = measure_rows(tokenizer, built.rows, config.max_length, name=base_model or "")
+        tokens = report.to_dict()
+        tokens.pop("too_long")
+        max_length = training_max_length(report.total_max, config.max_length)
+    filters = {
+        "family": family,
+        "tasks": sorted(tasks) if tasks else None,
+        "min_value": config.min_value,
+        "synthetic": config.synthetic,
+        "quarantined": "excluded",
+        "memory_prompts": config.memory_prompts,
+        "completion": config.completion,
+        "near_duplicate_similarity": config.near_duplicate_similarity,
+        "max_length": config.max_length,
+    }
+    if kind == "sft":
+        filters["outcome"] = "success"
+    else:
+        filters["dpo_levels"] = list(config.dpo_levels)
+        filters["dpo_state_similarity"] = config.dpo_state_similarity
+    return write_dataset(out_dir, built, filters, tokens=tokens, max_length=max_length, base_model=base_model)

@@ -1,0 +1,119 @@
+"""Settings of fine-tuning rounds: dataset filters, LoRA training, the promotion gate, the scheduler.
+
+`FinetuneConfig` is the `finetune` section of the global settings (`CRL_FINETUNE__LORA_RANK=8`,
+`[finetune]` in `crl.toml`); CLI flags of `crl finetune` override single fields.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class FinetuneConfig(BaseModel):
+    """Fine-tuning rounds: which experience becomes training data, how LoRA trains, when it is promoted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # ---- datasets ------------------------------------------------------------------------
+    min_value: float = Field(
+        0.0, description="Episodes whose value label is below this are left out of SFT data and DPO 'chosen' sides."
+    )
+    synthetic: Literal["accepted", "all", "none"] = Field(
+        "accepted",
+        description="Synthetic episodes used: 'accepted' (pinned golden or tagged with `accepted_tag`), 'all' or 'none'.",
+    )
+    accepted_tag: str = Field("accepted", description="The tag that marks a synthetic episode as accepted for training.")
+    memory_prompts: Literal["strip", "skip"] = Field(
+        "strip",
+        description="Steps whose prompt held retrieved memories (their rendered text is not logged): 'strip' trains "
+        "on the prompt without the memory section (the model internalises what memory gave it), 'skip' leaves them out.",
+    )
+    completion: Literal["action", "raw"] = Field(
+        "action",
+        description="SFT reply: 'action' is the canonical form of the action taken ('Action: take brass key'); 'raw' "
+        "is the model's reply as generated (keeps fuzzy or loop-broken replies as they were).",
+    )
+    near_duplicate_similarity: float | None = Field(
+        0.98,
+        gt=0,
+        le=1,
+        description="SFT examples with the same reply whose state embeddings are at least this similar are kept "
+        "once. Unset: only exact duplicates are removed.",
+    )
+    dpo_levels: list[Literal["trajectory", "step"]] = Field(
+        default_factory=lambda: ["trajectory", "step"],
+        description="DPO pair sources: 'trajectory' (success vs failure on the same task and seed, at the first "
+        "step they act differently) and 'step' (near-identical states in different episodes).",
+    )
+    dpo_state_similarity: float = Field(
+        0.95, gt=0, le=1, description="Cosine similarity of state embeddings needed to pair two steps (step-level DPO)."
+    )
+    max_length: int = Field(
+        1024,
+        ge=64,
+        description="Longest training sequence in tokens (prompt + reply). Longer examples are dropped and counted, "
+        "never truncated: truncation would cut the reply off the end.",
+    )
+
+    # ---- training ------------------------------------------------------------------------
+    epochs: float = Field(2.0, gt=0, description="Passes over the dataset (ignored when max_steps > 0).")
+    max_steps: int = Field(-1, description="Optimizer steps to run; -1 runs `epochs` epochs.")
+    learning_rate: float = Field(2e-4, gt=0, description="Peak learning rate of SFT (LoRA parameters only).")
+    dpo_learning_rate: float = Field(2e-5, gt=0, description="Peak learning rate of DPO.")
+    dpo_beta: float = Field(0.1, gt=0, description="DPO temperature: higher keeps the policy closer to the reference.")
+    lora_rank: int = Field(16, ge=1, description="LoRA rank r.")
+    lora_alpha: int = Field(32, ge=1, description="LoRA scaling alpha (the update is scaled by alpha / r).")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the LoRA input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_TARGET_MODULES),
+        description="Linear layers that get LoRA adapters (names inside the model), or ['all-linear'].",
+    )
+    batch_size: int = Field(
+        4, ge=1, description="Examples per device per micro-step (on CPU, 8 examples of ~500 tokens took 13 GB)."
+    )
+    gradient_accumulation: int = Field(2, ge=1, description="Micro-steps accumulated per optimizer step.")
+    warmup_ratio: float = Field(0.05, ge=0, lt=1, description="Share of steps spent warming the learning rate up.")
+    cpu_precision: Literal["fp32", "bf16-autocast"] = Field(
+        "bf16-autocast",
+        description="CPU training: fp32 throughout, or fp32 weights with bf16 autocast (measured faster on "
+        "SmolLM2-135M; see finetune/README.md). CUDA always trains in bf16.",
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass: saves memory, costs ~25% speed on small models."
+    )
+    save_steps: int = Field(50, ge=1, description="Checkpoint every this many optimizer steps (for --resume).")
+    save_total_limit: int = Field(2, ge=1, description="Checkpoints kept per training job.")
+    logging_steps: int = Field(5, ge=1, description="Log the loss every this many steps.")
+    seed: int = Field(0, description="Seed of weight init, dropout and data order (resumes reproduce it).")
+    device: str = Field("auto", description="auto (CUDA when available), cpu or cuda.")
+
+    # ---- promotion gate --------------------------------------------------------------------
+    gate_episodes: int = Field(20, ge=1, description="Dev-fold episodes per task when gating an adapter.")
+    gate_margin: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="A candidate is promoted when its dev success rate >= the current one's minus this margin.",
+    )
+    gate_memory: bool = Field(
+        False,
+        description="Evaluate with memory in the loop, as the agent is configured (True), or the model alone "
+        "(False: memory off, the model picks every action), which judges what the weights learned.",
+    )
+    gate_tasks: list[str] | None = Field(
+        None, description="Tasks the gate evaluates on; unset: every task in the adapter's dataset."
+    )
+
+    # ---- scheduler -------------------------------------------------------------------------
+    auto_min_new_episodes: int = Field(
+        50, ge=1, description="`crl finetune auto` starts a round once this many new qualifying episodes arrived."
+    )
+    auto_kind: Literal["sft", "dpo", "sft+dpo"] = Field(
+        "sft", description="What a scheduled round trains: SFT, DPO on the promoted adapter, or SFT then DPO."
+    )
+    auto_family: str | None = Field(None, description="Task family scheduled rounds train on; unset: all families.")
+    auto_interval_s: float = Field(300.0, gt=0, description="Seconds between checks of `crl finetune auto`.")

@@ -1,0 +1,213 @@
+"""SFT examples from successful episodes: the prompt the agent saw at a step, and the reply it gave.
+
+One example per agent turn, in TRL's conversational prompt-completion format:
+
+    {"prompt": [{"role": "system", ...}, {"role": "user", ...}],
+     "completion": [{"role": "assistant", "content": "Action: take brass key"}]}
+
+Why prompt-completion rather than a single `messages` list: the loss must fall on the reply
+only, and TRL's `assistant_only_loss` needs `{% generation %}` markers that SmolLM2's chat
+template lacks (TRL 1.x cannot patch that template). With a prompt and a completion TRL masks
+everything before the completion itself. Why per turn rather than per episode: the agent
+sees each step as a fresh prompt (history is inside the user message), so a multi-turn
+conversation would train on contexts it never sees.
+
+Because the agent primes its reply with "Action:" (no trailing space), the completion starts
+with that marker: the tokens before the action are then exactly the inference prompt's
+(checked by `finetune.tokens.tokenize_pair`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from finetune.config import FinetuneConfig
+from finetune.prompt_replay import PromptCounter, PromptShape, StepPrompt, replay_prompts
+from finetune.source import LoadedEpisodes, SourceEpisode
+from memory.records import state_text
+from memory.trajectory import Step
+
+Message = dict[str, str]
+Embed = Callable[[list[str]], np.ndarray]
+STATE_HISTORY = 3
+_ID_KEYS = {
+    "episode": ("episode_id", "chosen_episode_id", "rejected_episode_id"),
+    "step": ("step_id", "chosen_step_id", "rejected_step_id"),
+}
+
+
+def reply_text(step: Step, shape: PromptShape, mode: str = "action") -> str:
+    """The assistant reply an example teaches for `step` ("" when there is none to teach).
+
+    Example:
+        >>> from memory.trajectory import Step
+        >>> reply_text(Step(0, "A hall.", "take brass key"), PromptShape(react=False))
+        'Action: take brass key'
+    """
+    if mode == "raw":
+        return step.raw_output.rstrip()
+    if not step.action:
+        return ""
+    if shape.react and step.thought:
+        return f"Thought: {step.thought}\nAction: {step.action}"
+    return f"Action: {step.action}"
+
+
+def step_state_text(goal: str, steps: Sequence[Step], index: int) -> str:
+    """The state text of step `index` as the bank embeds it (goal, recent actions, observation)."""
+    history = [s.action for s in steps[max(0, index - STATE_HISTORY) : index]]
+    return state_text(goal, steps[index].observation, history)
+
+
+@dataclass
+class BuiltDataset:
+    """Rows ready for JSONL, with everything the dataset card reports about how they were chosen."""
+
+    kind: str
+    rows: list[dict[str, Any]]
+    dropped: Counter = field(default_factory=Counter)
+    source_episode_ids: list[str] = field(default_factory=list)
+    source_step_ids: list[str] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tasks(self) -> list[str]:
+        return sorted({r["task"] for r in self.rows})
+
+    def keep(self, indices: set[int], reason: str) -> None:
+        """Keep only the rows at `indices`, counting the others as dropped for `reason`."""
+        self.dropped[reason] += len(self.rows) - len(indices)
+        self.rows = [r for i, r in enumerate(self.rows) if i in indices]
+        self.source_episode_ids = sorted({r[k] for r in self.rows for k in _ID_KEYS["episode"] if k in r})
+        self.source_step_ids = sorted({r[k] for r in self.rows for k in _ID_KEYS["step"] if k in r})
+
+
+def _verify(episode: SourceEpisode, counter: PromptCounter | None) -> bool:
+    """Token counts can be compared only when the counter counts as the run's model did."""
+    return counter is not None and episode.record.model.split("+", 1)[0] == counter.name
+
+
+def episode_prompts(
+    episode: SourceEpisode, config: FinetuneConfig, counter: PromptCounter | None
+) -> list[StepPrompt | str]:
+    """Every step's rebuilt prompt (or why it could not be rebuilt)."""
+    if episode.shape is None:
+        return ["unknown-prompt-shape"] * len(episode.steps)
+    return replay_prompts(
+        episode.record.goal,
+        episode.steps,
+        episode.shape,
+        counter=counter,
+        memory_prompts=config.memory_prompts,
+        verify_tokens=_verify(episode, counter),
+    )
+
+
+def build_sft(
+    loaded: LoadedEpisodes,
+    config: FinetuneConfig,
+    counter: PromptCounter | None = None,
+    embed: Embed | None = None,
+) -> BuiltDataset:
+    """SFT rows from successful episodes, one per valid step, near-duplicates removed.
+
+    Args:
+        loaded: episodes that passed the SFT filter (`load_episodes(..., successes_only=True)`).
+        config: reply mode, memory policy and near-duplicate threshold.
+        counter: the run model's token counter (rebuilds budget-shortened prompts, verifies counts).
+        embed: unit embeddings of state texts, for near-duplicate removal (None: exact only).
+    """
+    dropped = Counter({f"episode:{k}": v for k, v in loaded.dropped.items()})
+    candidates: list[dict[str, Any]] = []
+    states: list[str] = []
+    exact: list[bool] = []
+    stripped = not_asked = 0
+    for episode in loaded.episodes:
+        prompts = episode_prompts(episode, config, counter)
+        for step, prompt in zip(episode.steps, prompts):
+            if step.index in episode.quarantined_steps:
+                dropped["quarantined-step"] += 1
+                continue
+            if not step.valid or not step.action:
+                dropped["invalid-step"] += 1
+                continue
+            if isinstance(prompt, str):
+                dropped[prompt] += 1
+                continue
+            reply = reply_text(step, episode.shape, config.completion)
+            if not reply:
+                dropped["empty-reply"] += 1
+                continue
+            stripped += prompt.note == "memory section stripped"
+            not_asked += prompt.note.startswith("model not asked")
+            exact.append(prompt.exact)
+            candidates.append(
+                {
+                    "prompt": prompt.messages,
+                    "completion": [{"role": "assistant", "content": reply}],
+                    "task": episode.record.task,
+                    "episode_id": episode.id,
+                    "step_id": episode.step_id(step.index),
+                }
+            )
+            states.append(step_state_text(episode.record.goal, episode.steps, step.index))
+    keep = dedupe(candidates, states, config.near_duplicate_similarity, embed, dropped)
+    rows = [candidates[i] for i in keep]
+    return BuiltDataset(
+        kind="sft",
+        rows=rows,
+        dropped=dropped,
+        source_episode_ids=sorted({r["episode_id"] for r in rows}),
+        source_step_ids=sorted({r["step_id"] for r in rows}),
+        stats={
+            "candidates": len(candidates),
+            "exact_prompts": sum(1 for i in keep if exact[i]),
+            "memory_stripped": stripped,
+            "decided_without_model": not_asked,
+            "by_task": dict(Counter(r["task"] for r in rows)),
+        },
+    )
+
+
+def _key(row: dict[str, Any]) -> str:
+    flat = json.dumps([row["prompt"], row["completion"]], sort_keys=True)
+    return " ".join(flat.split())
+
+
+def dedupe(
+    rows: list[dict[str, Any]],
+    states: list[str],
+    threshold: float | None,
+    embed: Embed | None,
+    dropped: Counter,
+) -> list[int]:
+    """Indices of rows to keep: exact duplicates go, then (with `embed`) rows whose reply is the
+    same as a kept row's and whose state is at least `threshold` similar to it."""
+    seen: set[str] = set()
+    keep: list[int] = []
+    for i, row in enumerate(rows):
+        key = _key(row)
+        if key in seen:
+            dropped["duplicate"] += 1
+            continue
+        seen.add(key)
+        keep.append(i)
+    if embed is None or threshold is None or len(keep) < 2:
+        return keep
+    vectors = embed([states[i] for i in keep])
+    kept_by_reply: dict[str, list[int]] = {}
+    out: list[int] = []
+    for pos, i in enumerate(keep):
+        reply = rows[i]["completion"][0]["content"]
+        same = kept_by_reply.setdefault(reply, [])
+        if same and float(np.max(vectors[same] @ vectors[pos])) >= threshold:
+            dropped["near-duplicate"] += 1
+            continue
+        same.append(pos)
+        out.append(i)
+    return out
