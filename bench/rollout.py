@@ -1,5 +1,7 @@
 """Rollout throughput of the embedded model: parallel 1 vs 8 (a benchmark, not a test).
 
+The model alone (policy llm, no memory), so the figures are the loop's and the model's.
+
 Prints episodes/min, steps/s and generated tokens/s for each setting.
 
     python bench/rollout.py [--task keyroom/key] [--episodes 16] [--parallel 1,8] [--dtype auto]
@@ -38,7 +40,12 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as runs_home:
         for k in [int(x) for x in args.parallel.split(",")]:
-            settings = load_settings({"home": runs_home, "llm": {"dtype": args.dtype}, "agent": {"parallel": k}})
+            settings = load_settings({
+                "home": runs_home,
+                "llm": {"dtype": args.dtype},
+                "agent": {"parallel": k, "policy": "llm", "memory": "off"},
+                "memory": {"enabled": False},
+            })
             result = start_run(settings, args.task, args.episodes, model=model)
             r = result.report()
             rows.append(
