@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -506,11 +505,3 @@ app.add_typer(finetune_app, name="finetune")
 app.add_typer(adapters_app, name="adapters")
 app.command("reflect")(reflect)
 app.add_typer(memory_app, name="memory")
-
-
-def entrypoint() -> None:  # pragma: no cover
-    app(prog_name="crl")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

@@ -27,7 +27,7 @@ def slow_look(messages):
 
 def crl(home: Path, url: str, *args: str) -> subprocess.Popen:
     env = dict(os.environ, CRL_HOME=str(home), OPENAI_API_KEY="not-needed")
-    cmd = [sys.executable, "-m", "agent.cli", "run", "keyroom/compound", "--backend", "openai",
+    cmd = [sys.executable, "-m", "agent", "run", "keyroom/compound", "--backend", "openai",
            "--base-url", url, "--model", "scripted", "--policy", "llm", "--memory", "off", *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
