@@ -210,7 +210,7 @@ def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
         ax.plot(x, y, marker="o", label=arm)
         ax.fill_between(x, [p["ci95"][0] for p in pts], [p["ci95"][1] for p in pts], alpha=0.15)
     ax.set_xlabel("training episodes (train fold)")
-    ax.set_ylabel(f"dev success rate ({spec['eval_episodes']} episodes x {spec['repeats']} repeats)")
+    ax.set_ylabel(f"dev success rate ({spec['eval_episodes']} episodes per point and repeat)")
     ax.set_ylim(0, 1)
     ax.set_title(spec["task"])
     ax.grid(alpha=0.3)
