@@ -31,3 +31,26 @@ def test_embedded_model_plays_short_episodes(crl_home, embedded_models_dir):
                 assert step.action in step.admissible_actions
     logged = RunStore(crl_home / "runs").episodes(result.info.run_id)
     assert sum(len(e.steps) for e in logged) == sum(len(e.steps) for e in result.episodes)
+
+
+@pytest.mark.slow
+def test_embedded_model_with_memory_sees_earlier_episodes(crl_home, embedded_models_dir):
+    from agent.explain import explain_step
+
+    model = LocalChatModel(embedded_model_path(embedded_models_dir))
+    settings = load_settings({
+        "home": str(crl_home),
+        "agent": {"parallel": 1, "max_steps": 3, "memory": "full", "policy": "mixed"},
+        "reflect": {"enabled": False},
+    })
+    try:
+        result = start_run(settings, "keyroom/key", 3, model=model)
+    finally:
+        model.close()
+    first, *later = result.episodes
+    assert not first.steps[0].extra["prompt"]["memory_keys"]  # nothing stored yet
+    step = later[-1].steps[0]
+    used = step.extra["prompt"]["memory_keys"]
+    assert any(key.startswith("ep:keyroom:") for key in used)  # an earlier episode as a case
+    explained = explain_step(step)
+    assert explained["memories"] and {m["id"] for m in explained["memories"]} >= {k for k in used if not k.startswith("av:")}
