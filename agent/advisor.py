@@ -118,11 +118,16 @@ class MemoryAdvisor:
         """How the policy turns the model's action (or None) into the action taken."""
         if self.policy == "llm" or not admissible:
             return None
+        def explore() -> tuple[str, str]:
+            return choose_memory(pack.action_values, admissible, self.rng, self.retriever.config, tried)
+
         if self.policy == "mixed":
-            return lambda model_action: choose_mixed(model_action, pack.action_values, self.retriever.config)
+            return lambda model_action: choose_mixed(
+                model_action, pack.action_values, self.retriever.config, explore, tried
+            )
 
         def memory_choice(_model_action: str | None) -> tuple[str | None, str, str]:
-            action, reason = choose_memory(pack.action_values, admissible, self.rng, self.retriever.config, tried)
+            action, reason = explore()
             return action, "memory", reason
 
         return memory_choice

@@ -89,6 +89,12 @@ class AgentSettings(BaseModel):
     fuzzy_threshold: float = Field(
         0.75, description="Similarity needed to map a reply onto an admissible action."
     )
+    log_prompts: Literal["memory", "all", "off"] = Field(
+        "memory",
+        description="Which steps log their exact prompt messages: memory (those whose prompt held "
+        "memories, the only ones a replay cannot rebuild from the log; fine-tuning then trains on "
+        "exactly what the agent saw), all, or off.",
+    )
     memory: Literal["off", "cases", "steps", "full"] = Field(
         "full",
         description="Memories put into prompts: off, cases (similar episodes, successes and failures), "

@@ -30,6 +30,7 @@ class LoopConfig:
     max_observation_tokens: int = 400
     fuzzy_threshold: float = 0.75
     loop_breaker: bool = True
+    log_prompts: str = "memory"
     react: bool = True
     prefill: bool = True
     generation: GenerationConfig = field(
@@ -94,7 +95,7 @@ class EpisodeSession:
     def messages(self, memory_items: Sequence[BudgetItem] = ()) -> list[Message]:
         """The chat prompt for the next step, fitted into the prompt budget; how it was fitted
         is kept for the step record (`last_prompt`)."""
-        messages, self.last_prompt = assemble_prompt(
+        messages, report = assemble_prompt(
             goal=self.observation.goal,
             observation=self.observation.text,
             admissible=self.observation.admissible_actions,
@@ -108,6 +109,10 @@ class EpisodeSession:
             count_text=self._count,
             count_messages=self._count_messages,
         )
+        mode = self.config.log_prompts
+        if mode == "all" or (mode == "memory" and report.memory_keys):
+            report.messages = [dict(m) for m in messages]
+        self.last_prompt = report
         return messages
 
     @property

@@ -27,10 +27,12 @@ class FinetuneConfig(BaseModel):
         description="Synthetic episodes used: 'accepted' (pinned golden or tagged with `accepted_tag`), 'all' or 'none'.",
     )
     accepted_tag: str = Field("accepted", description="The tag that marks a synthetic episode as accepted for training.")
-    memory_prompts: Literal["strip", "skip"] = Field(
-        "strip",
-        description="Steps whose prompt held retrieved memories (their rendered text is not logged): 'strip' trains "
-        "on the prompt without the memory section (the model internalises what memory gave it), 'skip' leaves them out.",
+    memory_prompts: Literal["keep", "strip", "skip"] = Field(
+        "keep",
+        description="Steps whose prompt held retrieved memories: 'keep' trains on the exact prompt the agent saw, "
+        "memory section included (logged with the step, `agent.log_prompts`; older logs without it fall back to "
+        "'strip'); 'strip' trains on the prompt without the memory section (the model internalises what memory "
+        "gave it); 'skip' leaves them out.",
     )
     completion: Literal["action", "raw"] = Field(
         "action",

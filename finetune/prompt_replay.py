@@ -5,10 +5,11 @@ function of what is: the goal, the step's observation and admissible actions, th
 steps (history and feedback), and the prompt shape of the run (reply format, history window,
 token budgets). This module calls the same builders as the agent (`prompts.agent_prompt`).
 
-What cannot be rebuilt: the text of retrieved memories (only their keys are logged), so a
-step whose prompt held memory is either stripped of it or skipped (`memory_prompts`); and a
-prompt the budget shortened needs the run's token counter, so it is rebuilt only with one,
-then checked against the logged report.
+Steps whose prompt held retrieved memories log the exact messages (`agent.log_prompts`), so
+they are taken as logged ('keep'), or rebuilt without the memory section ('strip'), or left
+out ('skip'); logs without the messages cannot restore the memory text and fall back to
+'strip'. A prompt the budget shortened needs the run's token counter, so it is rebuilt only
+with one, then checked against the logged report.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def replay_prompts(
     steps: Sequence[Step],
     shape: PromptShape,
     counter: PromptCounter | None = None,
-    memory_prompts: str = "strip",
+    memory_prompts: str = "keep",
     verify_tokens: bool = False,
 ) -> list[StepPrompt | str]:
     """The prompt of every step of an episode, or for a step that cannot be rebuilt, why.
@@ -151,7 +152,7 @@ def replay_prompts(
         steps: its trajectory.
         shape: the run's prompt shape (`load_prompt_shape`).
         counter: the run's token counter; needed only where the budget shortened the prompt.
-        memory_prompts: 'strip' or 'skip' for steps whose prompt held memories.
+        memory_prompts: 'keep', 'strip' or 'skip' for steps whose prompt held memories.
         verify_tokens: compare the rebuilt prompt's token count with the logged one (only
             meaningful when `counter` counts as the run's model did).
 
@@ -181,13 +182,13 @@ def _one(
     verify_tokens: bool,
 ) -> StepPrompt | str:
     report = step.extra.get("prompt")
-    if isinstance(report, dict) and isinstance(report.get("messages"), list):
-        # Logged by a newer agent: nothing to rebuild.
-        return StepPrompt([m for m in report["messages"] if m.get("role") != "assistant"])
-    history = inputs.history[-shape.history_window :] if shape.history_window else []
     has_memory = bool(report and report.get("memory_keys"))
     if has_memory and memory_prompts == "skip":
         return "prompt-has-memory"
+    logged = isinstance(report, dict) and isinstance(report.get("messages"), list)
+    if logged and (memory_prompts == "keep" or not has_memory):
+        return StepPrompt([dict(m) for m in report["messages"] if m.get("role") != "assistant"])
+    history = inputs.history[-shape.history_window :] if shape.history_window else []
     shortened = bool(report and (report.get("history_dropped") or report.get("observation_truncated")))
     note = "memory section stripped" if has_memory else ""
     if not shortened:

@@ -28,7 +28,10 @@ are listed best first by the value shrunk toward 0 with `ec_prior_weight` pseudo
 
 Policies (`--policy`): `choose_mixed` keeps the model's action unless memory's best action
 has support >= `mixed_min_support` and a value at least `mixed_threshold` above the model
-action's (0 when memory knows nothing of it). `choose_memory` takes the best value after
+action's (0 when memory knows nothing of it). When the model gives no usable action, repeats
+one already tried in the same situation, or picks one memory confidently values at or below
+`-mixed_threshold`, the memory policy decides instead (a small model's typical failures are
+exactly these: loops and the same wrong move every episode). `choose_memory` takes the best value after
 shrinking each toward an optimistic prior, (Q * support + c * optimism) / (support + c), so
 actions never tried here look slightly good and get explored; ties go to a seeded RNG.
 """
@@ -38,7 +41,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from memory.records import StepRecord
 from memory.retrieval_config import RetrievalConfig
@@ -190,25 +193,45 @@ def _lookup(values: dict[str, ActionValue], action: str) -> ActionValue | None:
 
 
 def choose_mixed(
-    model_action: str | None, values: dict[str, ActionValue], config: RetrievalConfig
+    model_action: str | None,
+    values: dict[str, ActionValue],
+    config: RetrievalConfig,
+    explore: Callable[[], tuple[str, str]] | None = None,
+    tried: Collection[str] = (),
 ) -> tuple[str | None, str, str]:
-    """The model's action, unless memory holds a confident, clearly better one.
+    """The model's action, unless memory holds a confident, clearly better one, or knows the
+    model's action to be a mistake here.
 
     Args:
         model_action: what the model chose (None when its reply could not be parsed).
         values: `action_values` for the current state.
+        explore: the memory policy's choice (`choose_memory`), used when the model gives no
+            usable action, repeats an action already tried in this situation, or picks one
+            that memory confidently values at or below `-mixed_threshold`. Without it those
+            cases fall back to memory's confident best, if any.
+        tried: actions this episode already took after this same observation.
 
     Returns:
         (action, decided_by, reason), decided_by "llm" or "memory". With no model action
-        and no confident memory, the action is None (the caller handles the bad reply).
+        and nothing from memory, the action is None (the caller handles the bad reply).
     """
     confident = [v for v in values.values() if v.support >= config.mixed_min_support]
     best = max(confident, key=lambda v: (v.value, v.support), default=None)
+    mine = _lookup(values, model_action) if model_action is not None else None
+    mistake = None
+    if model_action is None:
+        mistake = "model gave no usable action"
+    elif normalise_action(model_action) in {normalise_action(a) for a in tried}:
+        mistake = f"the model repeats {model_action!r} in this same situation"
+    elif mine is not None and mine.support >= config.mixed_min_support and mine.value <= -config.mixed_threshold:
+        mistake = f"memory knows the model's {model_action!r}: {mine.hint} (value {mine.value:+.2f})"
+    if mistake and explore is not None:
+        action, reason = explore()
+        return action, "memory", f"{mistake}; {reason}"
     if best is None:
         return model_action, "llm", "memory has no confident value here"
     if model_action is None:
         return best.action, "memory", f"model gave no action; memory: {best.hint} (value {best.value:+.2f})"
-    mine = _lookup(values, model_action)
     if mine is best:
         return model_action, "llm", f"memory agrees: {best.hint}"
     model_value = mine.value if mine is not None else 0.0

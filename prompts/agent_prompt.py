@@ -30,9 +30,14 @@ class PromptReport:
     shortened: list[str] = field(default_factory=list)
     observation_truncated: bool = False
     history_dropped: int = 0
+    messages: list[dict[str, str]] | None = None
 
     def to_dict(self) -> dict:
-        return self.__dict__.copy()
+        """The report as logged with the step (`messages` only when the agent chose to log them)."""
+        out = self.__dict__.copy()
+        if out["messages"] is None:
+            del out["messages"]
+        return out
 
 
 def render_memory(items: Sequence[BudgetItem]) -> str:

@@ -109,6 +109,20 @@ def test_mixed_policy_overrides_only_when_memory_is_confident_and_clearly_better
     assert choose_mixed(None, {}, cfg)[:2] == (None, "llm")
 
 
+def test_mixed_policy_hands_loops_mistakes_and_bad_replies_to_the_memory_policy():
+    cfg = RetrievalConfig(mixed_threshold=0.3, mixed_min_support=1.5)
+    values = {"look": _value("look", -0.6, 2.0, 0, 2), "go north": _value("go north", 0.1, 0.5)}
+    explore = lambda: ("open door", "memory: no experience of 'open door' here")  # noqa: E731
+    action, by, why = choose_mixed("look", values, cfg, explore)
+    assert (action, by) == ("open door", "memory") and "value -0.60" in why  # known mistake
+    action, by, why = choose_mixed("go north", values, cfg, explore, tried={"Go North"})
+    assert (action, by) == ("open door", "memory") and "repeats" in why
+    assert choose_mixed(None, values, cfg, explore)[:2] == ("open door", "memory")
+    assert choose_mixed("go north", values, cfg, explore)[:2] == ("go north", "llm")  # thin, not tried
+    weak = {"look": _value("look", -0.6, 1.0, 0, 1)}
+    assert choose_mixed("look", weak, cfg, explore)[:2] == ("look", "llm")  # not confident it is bad
+
+
 def test_memory_policy_prefers_known_good_then_untried_then_known_bad():
     values = {"take brass key": _value("take brass key", 0.9, 4.0), "look": _value("look", -0.6, 4.0, 0, 4)}
     rng = random.Random(0)

@@ -119,3 +119,22 @@ def test_random_policy_is_a_seeded_baseline_without_model_calls(crl_home):
     steps = [s for e in first.episodes for s in e.steps]
     assert all(s.decided_by == "random" and s.action in s.admissible_actions for s in steps)
     assert [s.action for e in first.episodes for s in e.steps] == [s.action for e in again.episodes for s in e.steps]
+
+
+def test_prompts_with_memory_are_logged_and_replayed_exactly(taught):
+    from finetune.prompt_replay import load_prompt_shape, replay_prompts
+
+    model = ScriptedModel(lambda msgs: " look")
+    result = start_run(settings_for(taught, policy="llm", max_steps=3), TASK, 1, seed_start=3, model=model)
+    episode = result.episodes[0]
+    sent = [[m for m in call.batch[0] if m["role"] != "assistant"] for call in model.calls]
+    assert all(s.extra["prompt"]["memory_keys"] for s in episode.steps)
+    shape = load_prompt_shape(taught / "runs", episode.run_id)
+    kept = replay_prompts(episode.goal, episode.steps, shape)
+    assert [p.messages for p in kept] == sent and all(p.exact for p in kept)
+    assert "Past attempts at similar tasks" in kept[0].messages[1]["content"]
+    stripped = replay_prompts(episode.goal, episode.steps, shape, memory_prompts="strip")
+    assert all(not p.exact and "Past attempts" not in p.messages[1]["content"] for p in stripped)
+    off = start_run(settings_for(taught, policy="llm", max_steps=1, log_prompts="off"), TASK, 1, seed_start=4,
+                    model=ScriptedModel(lambda msgs: " look"))
+    assert "messages" not in off.episodes[0].steps[0].extra["prompt"]
