@@ -151,6 +151,10 @@ def run(
     no_memory: bool = typer.Option(False, "--no-memory", help="Do not store this run's experience in the bank."),
     no_reflect: bool = typer.Option(False, "--no-reflect", help="Do not distil rules every reflect.every episodes."),
     reflect_model: Optional[str] = typer.Option(None, "--reflect-model", help="A (stronger) model that reflects; default: the acting model."),
+    finetune_auto: Optional[bool] = typer.Option(
+        None, "--finetune-auto/--no-finetune-auto",
+        help="When the run ends, start a fine-tuning round (build, train, gate, promote) if enough new qualifying episodes arrived.",
+    ),
     memory_url: Optional[str] = MemoryUrlOpt,
     memory: Optional[str] = MemoryModeOpt,
     policy: Optional[str] = PolicyOpt,
@@ -176,6 +180,7 @@ def run(
             memory__url=memory_url,
             reflect__enabled=False if no_reflect else None,
             reflect__model=reflect_model,
+            finetune__auto_after_run=finetune_auto,
             **_memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank),
             **_model_flags(model, backend, base_url, adapter),
         )
@@ -194,10 +199,30 @@ def run(
         else:
             result = crl.start_run(settings, task, episodes, seed_start=seed, progress=progress)
     report = result.report()
+    if settings.finetune.auto_after_run:
+        report["finetune_round"] = _finetune_after_run(settings, quiet=as_json)
     if as_json:
-        out.print_json(json.dumps(report))
+        out.print_json(json.dumps(report, default=str))
     else:
         _print_report(report, f"crl run {task}")
+
+
+def _finetune_after_run(settings, quiet: bool) -> dict:
+    """Check the fine-tuning scheduler once and run a round if one is due (`--finetune-auto`)."""
+    from agent.cli_finetune import finetune_context
+    from finetune.scheduler import maybe_run_round
+
+    seen, record = maybe_run_round(finetune_context(settings, progress=not quiet))
+    line = {"new_episodes": seen.new_episodes, "threshold": seen.threshold}
+    if record is not None:
+        line |= {"round": record.round, "status": record.status, "steps": record.steps, "error": record.error}
+    if not quiet:
+        if record is None:
+            err.print(f"fine-tuning: {seen.new_episodes}/{seen.threshold} new qualifying episodes; no round yet")
+        else:
+            err.print(f"fine-tuning round {record.round}: [bold]{record.status}[/]"
+                      + (f" - {record.error}" if record.error else ""))
+    return line
 
 
 @app.command("eval")

@@ -119,3 +119,6 @@ class FinetuneConfig(BaseModel):
     )
     auto_family: str | None = Field(None, description="Task family scheduled rounds train on; unset: all families.")
     auto_interval_s: float = Field(300.0, gt=0, description="Seconds between checks of `crl finetune auto`.")
+    auto_after_run: bool = Field(
+        False, description="`crl run` checks the scheduler when it finishes and runs a round if one is due (`--finetune-auto`)."
+    )

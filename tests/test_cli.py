@@ -81,3 +81,29 @@ def test_tasks_lists_keyroom_variants(crl_home):
     r = invoke("tasks", "--json")
     names = [t["name"] for t in json.loads(r.output)]
     assert {"keyroom/key", "keyroom/door", "keyroom/chest", "keyroom/compound"} <= set(names)
+
+
+def test_run_with_finetune_auto_checks_the_scheduler_and_runs_a_due_round(crl_home, scripted, monkeypatch):
+    from finetune import scheduler
+
+    seeds = fold_seeds("keyroom/key", "train", 2)
+    scripted([f" {a}" for s in seeds for a in solve(s, "key")])
+    monkeypatch.setenv("CRL_FINETUNE__AUTO_MIN_NEW_EPISODES", "3")
+    r = invoke("run", "keyroom/key", "-n", "2", "--parallel", "1", "--policy", "llm", "--finetune-auto", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{"):])
+    assert report["finetune_round"] == {"new_episodes": 2, "threshold": 3}
+
+    rounds = []
+
+    def fake_round(ctx, trigger):
+        rounds.append(trigger.new_episodes)
+        return scheduler.RoundRecord(round=1, started_at=0.0, trigger={}, cutoff=trigger.cutoff, status="promoted")
+
+    monkeypatch.setattr(scheduler, "run_round", fake_round)
+    scripted([f" {a}" for a in solve(fold_seeds("keyroom/key", "train", 3)[2], "key")])
+    r = invoke("run", "keyroom/key", "-n", "1", "--seed", "2", "--policy", "llm", "--finetune-auto")
+    assert r.exit_code == 0, r.output
+    assert rounds == [3] and "fine-tuning round 1: promoted" in r.output
+    r = invoke("run", "keyroom/key", "-n", "1", "--seed", "2", "--policy", "llm", "--max-steps", "1")
+    assert rounds == [3]  # without the flag the scheduler is not consulted
