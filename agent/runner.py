@@ -138,18 +138,18 @@ class Runner:
                 if not live:
                     break
                 packs = self._retrieve([s for _, s in live], stats)
-                asks = [self.advisor is None or self.advisor.wants_model(s.observation.admissible_actions) for _, s in live]
+                listed = [self._actions(s) for _, s in live]
+                asks = [self.advisor is None or self.advisor.wants_model(actions) for actions in listed]
                 batch: list[list[Message]] = [
                     s.messages(self.advisor.prompt_items(pack) if self.advisor else ())
                     for (_, s), pack, ask in zip(live, packs, asks)
                     if ask
                 ]
                 replies = iter(self._generate(batch, stats))
-                for (slot, session), pack, ask in zip(live, packs, asks):
+                for (slot, session), pack, ask, admissible in zip(live, packs, asks, listed):
                     completion = next(replies) if ask else None
                     choose = memory = None
                     if self.advisor is not None:
-                        admissible = session.observation.admissible_actions
                         choose = self.advisor.chooser(pack, admissible, session.tried_here())
                         memory = pack.to_dict() if pack is not None else None
                     step = session.apply(completion, choose=choose, memory=memory)
@@ -167,6 +167,15 @@ class Runner:
                     pass
             stats.wall_seconds = time.monotonic() - t0
         return stats
+
+    def _actions(self, session: EpisodeSession) -> list[str] | None:
+        """The actions the policy may choose from: those the observation lists, or for the
+        random baseline, those a task keeps out of the prompt (`valid_actions`, ScienceWorld)."""
+        listed = session.observation.admissible_actions
+        if listed or getattr(self.advisor, "policy", None) != "random":
+            return listed
+        hidden = getattr(session.env, "valid_actions", None)
+        return hidden() if callable(hidden) else None
 
     def _retrieve(self, sessions: list[EpisodeSession], stats: RunnerStats) -> list:
         """One batched retrieval for every running episode (None each without memory)."""

@@ -7,8 +7,10 @@ with --full, one whole epoch) and scores each adapter on held-out examples.
     python -m bench.finetune_bench [--examples 300] [--steps 12] [--settings fp32,bf16-autocast,fp32+ckpt] [--heldout 16] [--full]
 
 Expert iteration (--expert-iteration): the embedded model collects train-fold episodes with
-memory on, an SFT round trains on the successes, then a DPO round on top; dev-fold success
-with and without memory is reported before and after each round, with 95% intervals.
+memory on (policy mixed), an SFT round trains on the successes, then a DPO round on top of
+the promoted adapter; dev-fold success with and without memory is reported before and after
+each round, with 95% intervals, and each round passes through the real promotion gate
+(judged on the no-memory evaluations, so a round worse than the last is not promoted).
 
     python -m bench.finetune_bench --expert-iteration --task keyroom/key --collect 64 --eval 40 --workdir DIR
 """
@@ -138,12 +140,26 @@ def _eval(settings_home: Path, task: str, episodes: int, adapter: Path | None, m
         model.close()
     s = result.summary
     lo, hi = wilson_interval(s.successes, s.finished)
-    return {"success": s.success_rate, "ci95": [round(lo, 3), round(hi, 3)], "episodes": s.finished,
-            "wall_seconds": round(result.stats.wall_seconds, 1)}
+    return {"success": s.success_rate, "successes": s.successes, "ci95": [round(lo, 3), round(hi, 3)],
+            "episodes": s.finished, "wall_seconds": round(result.stats.wall_seconds, 1)}
+
+
+def _gate(home: Path, config: FinetuneConfig, adapter_id: str, task: str, scores: dict[Path | None, dict]):
+    """The real promotion gate (`finetune.gate.run_gate`), fed the dev evaluations already played
+    without memory (the same seeds for every adapter), so the decision costs no extra episodes."""
+    from finetune.gate import TaskScore, run_gate
+    from finetune.registry import AdapterRegistry
+
+    def evaluator(adapter: Path | None, tasks, episodes):
+        result = scores[Path(adapter) if adapter else None]
+        return [TaskScore(task, result["successes"], result["episodes"])]
+
+    return run_gate(AdapterRegistry.of(home), adapter_id, evaluator, config.model_copy(update={"gate_tasks": [task]}),
+                    actor="bench")
 
 
 def expert_iteration(args, models_dir: Path) -> list[dict]:
-    """Collect with memory -> SFT on successes -> evaluate -> DPO on top -> evaluate."""
+    """Collect with memory -> SFT on successes -> evaluate -> gate -> DPO on top -> evaluate -> gate."""
     from agent.app import open_bank
     from agent.llm.local import LocalChatModel
     from finetune.build import build_dataset
@@ -159,7 +175,8 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         rows.append({"stage": label} | fields)
         print(json.dumps(rows[-1]), flush=True)
 
-    report("eval base memory=False", **_eval(home, args.task, args.eval, None, False, models_dir))
+    plain: dict[Path | None, dict] = {None: _eval(home, args.task, args.eval, None, False, models_dir)}
+    report("eval base memory=False", **plain[None])
     t = time.perf_counter()
     model = LocalChatModel(base, dtype="bf16")
     try:
@@ -167,26 +184,32 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     finally:
         model.close()
     s = collected.summary
-    report("collect (memory on, train fold)", success=s.success_rate, episodes=s.finished,
+    report("collect (memory on, policy mixed, train fold)", success=s.success_rate, episodes=s.finished,
            wall_seconds=round(time.perf_counter() - t, 1))
     report("eval base memory=True", **_eval(home, args.task, args.eval, None, True, models_dir))
-    config = FinetuneConfig(epochs=args.epochs, max_length=768)
+    config = FinetuneConfig(epochs=args.epochs, max_length=768, memory_prompts=args.memory_prompts)
     tokenizer = load_tokenizer(base)
+    registry = AdapterRegistry.of(home)
     for kind in ("sft", "dpo"):
         with open_bank(settings, actor="bench") as bank:
             card = build_dataset(kind, bank, config, home / "datasets" / kind, tasks=[args.task], tokenizer=tokenizer,
                                  base_model=EMBEDDED_MODEL_NAME)
         report(f"{kind} dataset", examples=card.examples, dropped=card.dropped, stats=card.stats)
-        ctx = FinetuneContext(home=home, config=config, base_model=EMBEDDED_MODEL_NAME, base_model_path=base,
-                              progress=False)
-        parent = AdapterRegistry.of(home).ls()[-1].id if kind == "dpo" else None
+        step_cap = args.dpo_steps if kind == "dpo" else -1
+        ctx = FinetuneContext(home=home, config=config.model_copy(update={"max_steps": step_cap}),
+                              base_model=EMBEDDED_MODEL_NAME, base_model_path=base, progress=False)
+        parent = registry.promoted(EMBEDDED_MODEL_NAME) if kind == "dpo" else None
         _, lineage = train_and_register(ctx, kind, home / "datasets" / kind, from_adapter=parent)
         m = lineage.metrics
-        report(f"{kind} round", adapter=lineage.id, steps=m["steps"], wall_seconds=round(m["wall_seconds"], 1),
+        report(f"{kind} round", adapter=lineage.id, parent=parent, steps=m["steps"],
+               examples_seen=m.get("examples_seen"), wall_seconds=round(m["wall_seconds"], 1),
                examples_per_s=round(m["examples_per_s"], 3), first_loss=m["first_loss"], last_loss=m["last_loss"])
-        folder = AdapterRegistry.of(home).adapter_dir(lineage.id)
-        for memory in (False, True):
-            report(f"eval {kind} memory={memory}", **_eval(home, args.task, args.eval, folder, memory, models_dir))
+        folder = registry.adapter_dir(lineage.id)
+        plain[folder] = _eval(home, args.task, args.eval, folder, False, models_dir)
+        report(f"eval {kind} memory=False", **plain[folder])
+        report(f"eval {kind} memory=True", **_eval(home, args.task, args.eval, folder, True, models_dir))
+        decision = _gate(home, config, lineage.id, args.task, plain)
+        report(f"gate {kind}", promoted=decision.promoted, reason=decision.reason, current=decision.current)
     return rows
 
 
@@ -205,7 +228,11 @@ def main() -> None:
     ap.add_argument("--task", default="keyroom/key")
     ap.add_argument("--collect", type=int, default=64, help="train-fold episodes collected with memory on")
     ap.add_argument("--eval", type=int, default=40, help="dev-fold episodes per evaluation")
-    ap.add_argument("--epochs", type=float, default=2.0)
+    ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--dpo-steps", type=int, default=10, help="optimizer steps of the DPO round (CPU time)")
+    ap.add_argument("--memory-prompts", default="strip", choices=["keep", "strip", "skip"],
+                    help="train on prompts with their memory section (keep) or without it (strip: the adapter "
+                         "internalises what memory taught, and is judged without memory)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 

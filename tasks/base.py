@@ -45,6 +45,10 @@ class TextEnv(Protocol):
 
     name: str
 
+    # Optional: `valid_actions() -> list[str]` for tasks whose observations do not list their
+    # admissible actions (too many to show, ScienceWorld) but can enumerate them; the random
+    # baseline (`--policy random`) draws from it.
+
     def reset(self, seed: int) -> Observation: ...
 
     def step(self, action: str) -> StepOutcome: ...

@@ -225,6 +225,11 @@ class SciWorldEnv:
         close = difflib.get_close_matches(key, list(loose), n=1, cutoff=FUZZY_CUTOFF)
         return loose[close[0]][0] if close and len(loose[close[0]]) == 1 else None
 
+    def valid_actions(self) -> list[str]:
+        """Every action the engine accepts now (hundreds to thousands; kept out of the prompt,
+        listed for the random baseline)."""
+        return sorted(set(self._server.getValidActionObjectCombinations()))
+
     def gold_actions(self) -> list[str]:
         """The engine's gold action sequence for the current variation, from its start.
 

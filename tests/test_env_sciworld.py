@@ -193,3 +193,19 @@ def test_engine_crash_raises_engine_error_and_the_next_reset_works():
     result = run_isolated(CRASH_SCRIPT)
     assert "ScienceWorld engine failed" in result["error"] and "it was restarted" in result["error"]
     assert result == result | {"starts": 2, "success": True, "exited": True}
+
+
+def test_random_baseline_draws_from_the_engines_valid_actions(env, tmp_path):
+    from agent.app import start_run
+    from agent.config import load_settings
+    from agent.llm.scripted import ScriptedModel
+
+    env.reset(0)
+    valid = env.valid_actions()
+    assert "look around" in valid and len(valid) > 50
+    model = ScriptedModel([])
+    settings = load_settings({"home": str(tmp_path), "agent": {"policy": "random", "parallel": 1, "max_steps": 3},
+                              "memory": {"enabled": False}})
+    result = start_run(settings, "sciworld/find-living-thing", 1, model=model)
+    steps = result.episodes[0].steps
+    assert model.calls == [] and steps and all(s.decided_by == "random" for s in steps)
