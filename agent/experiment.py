@@ -15,7 +15,8 @@ Arms are settings overrides, the same knobs as `crl run`:
 
 Arms that keep no memory cannot change between evaluation points: they are evaluated once
 and that figure stands for every point (their train episodes would be wasted compute). The
-`none` arm with greedy decoding is also identical across repeats, so it runs one repeat.
+`none` arm with greedy decoding is also identical across repeats, so it runs one repeat, and
+the start point of `memory` and `memory+rules` (empty memory, the model alone) is `none`'s.
 """
 
 from __future__ import annotations
@@ -97,6 +98,14 @@ def deterministic(arm: str, overrides: dict[str, Any]) -> bool:
     return arm == "none" and greedy
 
 
+def starts_as_none(arm: str, overrides: dict[str, Any]) -> bool:
+    """Whether the arm's first evaluation (empty memory, no rules yet) is the `none` arm's: the
+    model alone decides (policy llm), an empty memory adds nothing to the prompt, and greedy
+    decoding on the same dev seeds repeats itself. Its start point is then copied from `none`
+    instead of being played again."""
+    return ARMS[arm]["agent"].get("policy") == "llm" and arm != "none" and deterministic("none", overrides)
+
+
 def learns(arm: str) -> bool:
     """Whether an arm can change between evaluation points."""
     return ARMS[arm].get("memory", {}).get("enabled", True)
@@ -154,6 +163,9 @@ def run_curve(
                 if run.points and not learns(arm):
                     first = run.points[0]
                     evaluated = CurvePoint(point, steps, first.successes, first.episodes, first.mean_steps)
+                elif point == 0 and starts_as_none(arm, spec.overrides) and done.get(("none", 0), ArmRun("none", 0)).points:
+                    first = done[("none", 0)].points[0]
+                    evaluated = CurvePoint(0, 0, first.successes, first.episodes, first.mean_steps)
                 else:
                     ev = start_run(settings, spec.task, spec.eval_episodes, fold="dev", kind="eval", model=model)
                     r = ev.report()

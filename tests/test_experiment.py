@@ -78,3 +78,20 @@ def test_cli_curve_and_report(tmp_path, monkeypatch):
     assert r.exit_code == 0 and "dev success by arm" in r.output
     r = CliRunner().invoke(app, ["experiment", "curve", "keyroom/key", "--arms", "bogus"])
     assert r.exit_code == 1 and "unknown arm" in r.output
+
+
+def test_memory_arms_start_from_the_none_arms_first_point(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = CurveSpec("keyroom/key", ["none", "memory"], budget=2, eval_every=2, eval_episodes=2, repeats=1,
+                     overrides={"agent": {"reply_format": "action", "parallel": 2}})
+    model = solver_model()
+    results = run_curve(spec, tmp_path / "exp", model)
+    memory = next(r for r in results["runs"] if r["arm"] == "memory")
+    none = next(r for r in results["runs"] if r["arm"] == "none")
+    assert memory["points"][0] == none["points"][0] | {"train_episodes": 0, "train_steps": 0}
+    sampled = CurveSpec("keyroom/key", ["none", "memory"], budget=2, eval_every=2, eval_episodes=2, repeats=1,
+                        overrides={"agent": {"reply_format": "action", "parallel": 2}, "llm": {"temperature": 0.7}})
+    from agent.experiment import starts_as_none
+
+    assert starts_as_none("memory", spec.overrides) and not starts_as_none("mixed", spec.overrides)
+    assert not starts_as_none("memory", sampled.overrides)
