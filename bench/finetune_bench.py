@@ -191,9 +191,13 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     tokenizer = load_tokenizer(base)
     registry = AdapterRegistry.of(home)
     for kind in ("sft", "dpo"):
-        with open_bank(settings, actor="bench") as bank:
-            card = build_dataset(kind, bank, config, home / "datasets" / kind, tasks=[args.task], tokenizer=tokenizer,
-                                 base_model=EMBEDDED_MODEL_NAME)
+        try:
+            with open_bank(settings, actor="bench") as bank:
+                card = build_dataset(kind, bank, config, home / "datasets" / kind, tasks=[args.task],
+                                     tokenizer=tokenizer, base_model=EMBEDDED_MODEL_NAME)
+        except ValueError as exc:
+            report(f"{kind} dataset", error=str(exc))
+            break
         report(f"{kind} dataset", examples=card.examples, dropped=card.dropped, stats=card.stats)
         step_cap = args.dpo_steps if kind == "dpo" else -1
         ctx = FinetuneContext(home=home, config=config.model_copy(update={"max_steps": step_cap}),

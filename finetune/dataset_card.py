@@ -65,6 +65,16 @@ def new_dataset_name(kind: str) -> str:
     return f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+def _nothing_found(built: BuiltDataset) -> str:
+    if built.kind != "dpo" or not (built.stats.get("successes") or built.stats.get("failures")):
+        return "no episodes in the bank"
+    return (
+        f"{built.stats.get('successes', 0)} successes and {built.stats.get('failures', 0)} failures gave no pair: "
+        "trajectory pairs need both outcomes on one task and seed, step pairs a failed step in a state "
+        "near one of a success"
+    )
+
+
 def write_dataset(
     out_dir: str | Path,
     built: BuiltDataset,
@@ -80,7 +90,7 @@ def write_dataset(
     """
     out = Path(out_dir)
     if not built.rows:
-        reasons = ", ".join(f"{k}: {v}" for k, v in built.dropped.most_common(6)) or "no episodes in the bank"
+        reasons = ", ".join(f"{k}: {v}" for k, v in built.dropped.most_common(6)) or _nothing_found(built)
         raise ValueError(
             f"no {built.kind} examples qualify ({reasons}); play more episodes (`crl run`) or relax the filters"
         )

@@ -235,6 +235,8 @@ def build_dpo(
         source_episode_ids=sorted(episode_ids),
         source_step_ids=sorted(step_ids),
         stats={
+            "successes": sum(1 for ep in usable if ep.record.success),
+            "failures": sum(1 for ep in usable if not ep.record.success),
             "candidates": len(candidates),
             "by_level": dict(Counter(r["level"] for r in rows)),
             "by_task": dict(Counter(r["task"] for r in rows)),
