@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -52,6 +53,9 @@ class RunResult:
             "mean_steps": sum(steps) / len(steps) if steps else 0.0,
             "invalid_action_rate": s.invalid_steps / s.steps if s.steps else 0.0,
             "loop_breaks": sum(1 for e in self.episodes for st in e.steps if "loop_break" in st.extra),
+            "decided_by": dict(Counter(st.decided_by for e in self.episodes for st in e.steps)),
+            "prompt_tokens_per_call": self.stats.prompt_tokens / self.stats.model_calls if self.stats.model_calls else 0.0,
+            "retrieval_ms_per_step": 1000 * self.stats.retrieval_seconds / self.stats.steps if self.stats.steps else 0.0,
             "steps_per_s": self.stats.steps / wall,
             "generated_tokens_per_s": self.stats.generated_tokens / wall,
             "wall_seconds": self.stats.wall_seconds,

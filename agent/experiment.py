@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,6 +51,9 @@ class CurvePoint:
     successes: int
     episodes: int
     mean_steps: float
+    prompt_tokens_per_call: float | None = None
+    retrieval_ms_per_step: float | None = None
+    decided_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -162,14 +165,16 @@ def run_curve(
                 trained = point
                 if run.points and not learns(arm):
                     first = run.points[0]
-                    evaluated = CurvePoint(point, steps, first.successes, first.episodes, first.mean_steps)
+                    evaluated = replace(first, train_episodes=point, train_steps=steps)
                 elif point == 0 and starts_as_none(arm, spec.overrides) and done.get(("none", 0), ArmRun("none", 0)).points:
                     first = done[("none", 0)].points[0]
-                    evaluated = CurvePoint(0, 0, first.successes, first.episodes, first.mean_steps)
+                    evaluated = replace(first, train_episodes=0, train_steps=0)
                 else:
                     ev = start_run(settings, spec.task, spec.eval_episodes, fold="dev", kind="eval", model=model)
                     r = ev.report()
-                    evaluated = CurvePoint(point, steps, r["successes"], r["episodes"], r["mean_steps"])
+                    evaluated = CurvePoint(point, steps, r["successes"], r["episodes"], r["mean_steps"],
+                                           round(r["prompt_tokens_per_call"], 1), round(r["retrieval_ms_per_step"], 2),
+                                           r["decided_by"])
                 run.points.append(evaluated)
                 run.seconds += time.monotonic() - t0
                 _save(path, spec, runs)
@@ -200,8 +205,25 @@ def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "ci95": [lo, hi],
                 "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
                 "repeats": len(pts),
+                "prompt_tokens_per_call": _mean(p.get("prompt_tokens_per_call") for p in pts),
+                "retrieval_ms_per_step": _mean(p.get("retrieval_ms_per_step") for p in pts),
+                "decided_by": _shares(p.get("decided_by") or {} for p in pts),
             })
     return rows
+
+
+def _mean(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _shares(counts) -> dict[str, float]:
+    total: dict[str, int] = {}
+    for c in counts:
+        for who, n in c.items():
+            total[who] = total.get(who, 0) + n
+    n = sum(total.values())
+    return {who: k / n for who, k in sorted(total.items())} if n else {}
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
@@ -234,14 +256,18 @@ def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     lines = [
         f"# {spec['task']}: dev success vs training episodes",
         "",
-        "| arm | after N train episodes | mean train steps | dev success | 95% CI | per repeat |",
-        "|---|---|---|---|---|---|",
+        "| arm | after N train episodes | mean train steps | dev success | 95% CI | per repeat "
+        "| prompt tokens per call | retrieval ms per step | who chose the action |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         per = ", ".join(f"{x:.0%}" for x in r["per_repeat"])
+        tokens = f"{r['prompt_tokens_per_call']:.0f}" if r.get("prompt_tokens_per_call") else "-"
+        ms = f"{r['retrieval_ms_per_step']:.1f}" if r.get("retrieval_ms_per_step") else "-"
+        who = ", ".join(f"{k} {v:.0%}" for k, v in (r.get("decided_by") or {}).items()) or "-"
         lines.append(
             f"| {r['arm']} | {r['train_episodes']} | {r['train_steps']:.0f} | {r['success_rate']:.1%} | "
-            f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%} | {per} |"
+            f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%} | {per} | {tokens} | {ms} | {who} |"
         )
     md = out_dir / "table.md"
     md.write_text("\n".join(lines) + "\n")

@@ -49,6 +49,7 @@ class RunnerStats:
     steps: int = 0
     generated_tokens: int = 0
     prompt_tokens: int = 0
+    model_calls: int = 0
     model_seconds: float = 0.0
     retrieval_seconds: float = 0.0
     wall_seconds: float = 0.0
@@ -211,6 +212,7 @@ class Runner:
         self.log.step(session.episode.episode_id, step)
         stats.steps += 1
         if completion is not None:
+            stats.model_calls += 1
             stats.generated_tokens += completion.completion_tokens
             stats.prompt_tokens += completion.prompt_tokens
 

@@ -43,7 +43,8 @@ def test_curve_writes_results_plot_and_table_and_resumes(tmp_path, monkeypatch):
     model = ScriptedModel(lambda msgs: " look")
     results = run_curve(spec, tmp_path / "exp", model)
     assert (tmp_path / "exp" / "curve.png").stat().st_size > 1000
-    assert "| episodic |" in (tmp_path / "exp" / "table.md").read_text()
+    table = (tmp_path / "exp" / "table.md").read_text()
+    assert "| episodic |" in table and "random 100%" in table  # who chose the actions, per arm
     rows = summarise(results)
     assert {r["arm"] for r in rows} == {"random", "none", "episodic"}
     assert [r["train_episodes"] for r in rows if r["arm"] == "episodic"] == [0, 2, 4]
