@@ -1,9 +1,10 @@
-"""The learning-curve harness on tiny budgets with a scripted model."""
+"""The learning-curve harness on tiny budgets with a scripted model, and once with the embedded model."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 import agent.app
@@ -96,3 +97,25 @@ def test_memory_arms_start_from_the_none_arms_first_point(tmp_path, monkeypatch)
 
     assert starts_as_none("memory", spec.overrides) and not starts_as_none("mixed", spec.overrides)
     assert not starts_as_none("memory", sampled.overrides)
+
+
+@pytest.mark.slow
+def test_curve_with_the_embedded_model_on_an_easy_twx_game(tmp_path, monkeypatch, embedded_models_dir):
+    from agent.llm.embedded import embedded_model_path
+    from agent.llm.local import LocalChatModel
+
+    monkeypatch.chdir(tmp_path)
+    task = "twx/coin?numLocations=2&numDistractorItems=0&includeDoors=0"
+    spec = CurveSpec(task, ["random", "mixed"], budget=2, eval_every=2, eval_episodes=2, repeats=1,
+                     overrides={"agent": {"parallel": 2, "max_steps": 4}, "reflect": {"enabled": False}})
+    model = LocalChatModel(embedded_model_path(embedded_models_dir))
+    try:
+        results = run_curve(spec, tmp_path / "exp", model)
+    finally:
+        model.close()
+    mixed = next(r for r in results["runs"] if r["arm"] == "mixed")
+    assert [p["train_episodes"] for p in mixed["points"]] == [0, 2]
+    assert mixed["points"][1]["train_steps"] > 0 and mixed["points"][0]["prompt_tokens_per_call"] > 50
+    assert sum(mixed["points"][0]["decided_by"].values()) == sum(
+        round(p["mean_steps"] * p["episodes"]) for p in mixed["points"][:1])
+    assert (tmp_path / "exp" / "curve.png").is_file()
