@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-_ARTICLES = {"the", "a", "an"}
+from tasks.actions import normalise_action
+
 _ACTION_RE = re.compile(r"(?:^|[\s*_#>`\"'(\[])action\s*[*_]*\s*[:：=-]\s*[*_]*", re.IGNORECASE)
 _THOUGHT_RE = re.compile(r"(?:^|[\s*_#>`\"'(\[])thought\s*[*_]*\s*[:：=-]\s*[*_]*", re.IGNORECASE)
 _VERB_SIMILARITY = 0.75
@@ -40,13 +41,7 @@ class ParsedReply:
     error: str | None = None
 
 
-def normalise(text: str) -> str:
-    """Lower-case, drop punctuation and articles, collapse spaces.
-
-    Example: `normalise('Take the Brass KEY.')` returns `'take brass key'`.
-    """
-    words = re.sub(r"[^\w\s-]", " ", text.lower()).split()
-    return " ".join(w for w in words if w not in _ARTICLES)
+normalise = normalise_action
 
 
 def _clean(text: str) -> str:

@@ -39,26 +39,12 @@ actions never tried here look slightly good and get explored; ties go to a seede
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Sequence
 
 from memory.records import StepRecord
 from memory.retrieval_config import RetrievalConfig
-
-_ARTICLES = {"the", "a", "an"}
-
-
-def normalise_action(text: str) -> str:
-    """Lower-case, drop punctuation and articles, collapse spaces.
-
-    Example:
-        >>> normalise_action("Take the Brass KEY.")
-        'take brass key'
-    """
-    words = re.sub(r"[^\w\s-]", " ", text.lower()).split()
-    return " ".join(w for w in words if w not in _ARTICLES)
-
+from tasks.actions import normalise_action
 
 @dataclass
 class ActionValue:
