@@ -40,6 +40,8 @@ class RunResult:
         s = self.summary
         lo, hi = wilson_interval(s.successes, s.finished)
         steps = [len(e.steps) for e in self.episodes if e.finished]
+        scores = [float(e.steps[-1].info["score"]) for e in self.episodes
+                  if e.finished and e.steps and isinstance(e.steps[-1].info.get("score"), (int, float))]
         wall = max(self.stats.wall_seconds, 1e-9)
         return {
             "run_id": self.info.run_id,
@@ -51,6 +53,7 @@ class RunResult:
             "success_rate": s.success_rate,
             "ci95": [lo, hi],
             "mean_steps": sum(steps) / len(steps) if steps else 0.0,
+            "mean_score": sum(scores) / len(scores) if scores else None,
             "invalid_action_rate": s.invalid_steps / s.steps if s.steps else 0.0,
             "loop_breaks": sum(1 for e in self.episodes for st in e.steps if "loop_break" in st.extra),
             "decided_by": dict(Counter(st.decided_by for e in self.episodes for st in e.steps)),

@@ -54,6 +54,7 @@ class CurvePoint:
     prompt_tokens_per_call: float | None = None
     retrieval_ms_per_step: float | None = None
     decided_by: dict[str, int] = field(default_factory=dict)
+    mean_score: float | None = None
 
     @property
     def rate(self) -> float:
@@ -174,7 +175,7 @@ def run_curve(
                     r = ev.report()
                     evaluated = CurvePoint(point, steps, r["successes"], r["episodes"], r["mean_steps"],
                                            round(r["prompt_tokens_per_call"], 1), round(r["retrieval_ms_per_step"], 2),
-                                           r["decided_by"])
+                                           r["decided_by"], r["mean_score"])
                 run.points.append(evaluated)
                 run.seconds += time.monotonic() - t0
                 _save(path, spec, runs)
@@ -208,6 +209,7 @@ def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "prompt_tokens_per_call": _mean(p.get("prompt_tokens_per_call") for p in pts),
                 "retrieval_ms_per_step": _mean(p.get("retrieval_ms_per_step") for p in pts),
                 "decided_by": _shares(p.get("decided_by") or {} for p in pts),
+                "mean_score": _mean(p.get("mean_score") for p in pts),
             })
     return rows
 
@@ -257,17 +259,18 @@ def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
         f"# {spec['task']}: dev success vs training episodes",
         "",
         "| arm | after N train episodes | mean train steps | dev success | 95% CI | per repeat "
-        "| prompt tokens per call | retrieval ms per step | who chose the action |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| mean final score | prompt tokens per call | retrieval ms per step | who chose the action |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         per = ", ".join(f"{x:.0%}" for x in r["per_repeat"])
         tokens = f"{r['prompt_tokens_per_call']:.0f}" if r.get("prompt_tokens_per_call") else "-"
         ms = f"{r['retrieval_ms_per_step']:.1f}" if r.get("retrieval_ms_per_step") else "-"
         who = ", ".join(f"{k} {v:.0%}" for k, v in (r.get("decided_by") or {}).items()) or "-"
+        score = f"{r['mean_score']:.2f}" if r.get("mean_score") is not None else "-"
         lines.append(
             f"| {r['arm']} | {r['train_episodes']} | {r['train_steps']:.0f} | {r['success_rate']:.1%} | "
-            f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%} | {per} | {tokens} | {ms} | {who} |"
+            f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%} | {per} | {score} | {tokens} | {ms} | {who} |"
         )
     md = out_dir / "table.md"
     md.write_text("\n".join(lines) + "\n")

@@ -118,4 +118,5 @@ def test_curve_with_the_embedded_model_on_an_easy_twx_game(tmp_path, monkeypatch
     assert mixed["points"][1]["train_steps"] > 0 and mixed["points"][0]["prompt_tokens_per_call"] > 50
     assert sum(mixed["points"][0]["decided_by"].values()) == sum(
         round(p["mean_steps"] * p["episodes"]) for p in mixed["points"][:1])
+    assert mixed["points"][0]["mean_score"] is not None  # TWX reports a score; the table shows its mean
     assert (tmp_path / "exp" / "curve.png").is_file()
