@@ -40,7 +40,7 @@ from memory.records import EpisodeRecord, RuleRecord
 from memory.reflection_inputs import ReflectedSoFar, ReflectionInput, episode_text, reflectable, select_inputs
 from memory.reflector_config import ReflectorConfig
 from memory.rule_editor import EditResult, RuleChange, RuleEditor, RuleTarget, scope_key
-from memory.rule_ops import parse_operations
+from memory.rule_ops import ParsedReply, Rejected, content_words, parse_operations, ungrounded
 from prompts.render import render
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,29 @@ class ReflectionReport:
             "errors": self.errors,
             "outcomes": [o.to_dict() for o in self.outcomes],
         }
+
+
+def episode_vocabulary(item: ReflectionInput) -> set[str]:
+    """Every content word of the reflected episodes: goals, observations, actions."""
+    words: set[str] = set()
+    for record in item.episodes:
+        words |= content_words(record.goal)
+        for step in record.trajectory:
+            words |= content_words(f"{step.observation} {step.action}")
+    return words
+
+
+def drop_ungrounded(parsed: ParsedReply, vocabulary: set[str]) -> ParsedReply:
+    """The reply without ADD and EDIT operations whose text names nothing from the episodes
+    (`ungrounded`); those become rejections with the reason."""
+    kept, rejected = [], list(parsed.rejected)
+    for op in parsed.ops:
+        why = ungrounded(op.text, vocabulary) if op.kind in ("ADD", "EDIT") and op.text else None
+        if why:
+            rejected.append(Rejected(op.raw or op.describe(), f"ungrounded rule: {why}"))
+        else:
+            kept.append(op)
+    return ParsedReply(kept, rejected, parsed.other_lines, parsed.format)
 
 
 def new_reflection_id() -> str:
@@ -359,6 +382,8 @@ class Reflector:
 
     def _apply(self, editor: RuleEditor, item: ReflectionInput, rules: Sequence[RuleRecord], reply: str) -> InputOutcome:
         parsed = parse_operations(reply)
+        if self.config.require_grounded:
+            parsed = drop_ungrounded(parsed, episode_vocabulary(item))
         result: EditResult = editor.apply(parsed.ops, rules, item.target(self.config.rule_scope), item.episode_ids, self._game(item))
         rejected = parsed.rejected + result.rejected
         for r in rejected:

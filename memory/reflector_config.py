@@ -51,6 +51,11 @@ class ReflectorConfig(BaseModel):
     )
     max_rule_chars: int = Field(300, ge=20, description="Longest rule text kept; longer ones are cut at a sentence end, or rejected.")
     max_ops: int = Field(8, ge=1, description="Most operations accepted from one reply; the rest are rejected.")
+    require_grounded: bool = Field(
+        True,
+        description="Reject ADD and EDIT texts that name nothing occurring in the reflected episodes (goal, "
+        "observations, actions), such as the 135M model's 'Always remember to remember the rules.'",
+    )
     max_inputs: int = Field(
         4, ge=1, description="Most reflections (pairs, groups, critiques) per run of the reflector; the rest wait for the next run."
     )

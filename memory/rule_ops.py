@@ -246,3 +246,39 @@ def parse_operations(reply: str) -> ParsedReply:
     for line in reply.splitlines():
         _from_line(line, parsed)
     return parsed
+
+
+# Words that carry no lesson on their own: a rule made only of these says nothing about the task.
+_GENERIC_WORDS = frozenset(
+    """a an the and or but if then than so to of in on at by for with from into onto as is are be
+    been being was were do does did doing done have has had it its this that these those there
+    here you your yours i me my we our they them their he she his her not no never always
+    every each all any some more most less very just only also again first last next before
+    after when while until once now make sure try trying remember rule rules lesson lessons
+    important should must can could would will may might need needs thing things something
+    way good bad better best well new use using follow keep""".split()
+)
+
+
+def content_words(text: str) -> set[str]:
+    """The words of `text` that could name something in a task (lower case, generic words gone).
+
+    Example:
+        >>> sorted(content_words("Always remember to take the brass key first."))
+        ['brass', 'key', 'take']
+    """
+    return {w for w in re.findall(r"[a-z][a-z0-9-]+", text.lower()) if w not in _GENERIC_WORDS}
+
+
+def ungrounded(text: str, vocabulary: set[str]) -> str | None:
+    """Why a rule text says nothing about the episodes it was drawn from, or None if it does.
+
+    A rule must name at least one word that occurs in those episodes (their goal, the
+    observations, the actions): "Always remember to remember the rules." names none.
+    """
+    words = content_words(text)
+    if not words:
+        return "names nothing from the task (only generic words)"
+    if not words & vocabulary:
+        return "names nothing that occurs in the episodes it was drawn from"
+    return None

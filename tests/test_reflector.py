@@ -28,7 +28,10 @@ PROVENANCE = ["ep:keyroom:r1-0000", "ep:keyroom:r1-0001"]
 
 
 def config(**fields) -> ReflectorConfig:
-    return ReflectorConfig(**{"dedupe_threshold": 0.8, "contradiction_threshold": 0.8, "prime": "", **fields})
+    """Grounding off by default: the fixture episodes name a brass key only, and these tests
+    exercise the vote arithmetic with rules about other things too."""
+    return ReflectorConfig(**{"dedupe_threshold": 0.8, "contradiction_threshold": 0.8, "prime": "",
+                              "require_grounded": False, **fields})
 
 
 @pytest.fixture
@@ -374,3 +377,17 @@ def test_an_edit_into_another_rule_agrees_with_it_and_quarantined_rules_are_unto
     result, shown = edit(bank, "REMOVE 3")
     assert LOOK_RULE not in [r.text for r in shown] and result.rejected[0].reason.startswith("no rule 3")
     assert rules(bank)[LOOK_RULE].score == 2 and rules(bank)[LOOK_RULE].tier == "quarantine"
+
+
+def test_rules_that_name_nothing_from_their_episodes_are_rejected(bank):
+    fail = store(bank, "r1", 0, False, seed=7)
+    store(bank, "r1", 1, True, seed=7)
+    reply = ("ADD: Always remember to remember the rules.\nADD: Open the chest after you unlock it.\n"
+             f"ADD: {KEY_RULE}")
+    r, _ = reflector(bank, [reply], require_grounded=True)
+    report = r.reflect()
+    assert set(rules(bank)) == {KEY_RULE}
+    reasons = [x["reason"] for x in report.outcomes[0].rejected]
+    assert reasons == ["ungrounded rule: names nothing from the task (only generic words)",
+                       "ungrounded rule: names nothing that occurs in the episodes it was drawn from"]
+    assert report.outcomes[0].input.episode_ids[0] == fail
