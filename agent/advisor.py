@@ -118,6 +118,7 @@ class MemoryAdvisor:
         """How the policy turns the model's action (or None) into the action taken."""
         if self.policy == "llm" or not admissible:
             return None
+
         def explore() -> tuple[str, str]:
             return choose_memory(pack.action_values, admissible, self.rng, self.retriever.config, tried)
 
