@@ -209,19 +209,12 @@ def run(
 
 def _finetune_after_run(settings, quiet: bool) -> dict:
     """Check the fine-tuning scheduler once and run a round if one is due (`--finetune-auto`)."""
-    from agent.cli_finetune import finetune_context
+    from agent.cli_finetune import finetune_context, round_message, round_report
     from finetune.scheduler import maybe_run_round
 
-    seen, record = maybe_run_round(finetune_context(settings, progress=not quiet))
-    line = {"new_episodes": seen.new_episodes, "threshold": seen.threshold}
-    if record is not None:
-        line |= {"round": record.round, "status": record.status, "steps": record.steps, "error": record.error}
+    line = round_report(*maybe_run_round(finetune_context(settings, progress=not quiet)))
     if not quiet:
-        if record is None:
-            err.print(f"fine-tuning: {seen.new_episodes}/{seen.threshold} new qualifying episodes; no round yet")
-        else:
-            err.print(f"fine-tuning round {record.round}: [bold]{record.status}[/]"
-                      + (f" - {record.error}" if record.error else ""))
+        err.print(round_message(line))
     return line
 
 

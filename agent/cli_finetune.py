@@ -333,27 +333,36 @@ def finetune_auto(
     as_json: bool = JsonOpt,
 ) -> None:
     """Start a round (build -> train -> gate -> promote) whenever enough new experience has arrived."""
-    from finetune.scheduler import check, run_round
+    from finetune.scheduler import maybe_run_round
 
     settings = _settings(_overrides())
     config = finetune_config(settings, auto_min_new_episodes=min_new, auto_kind=kind, auto_interval_s=interval)
     ctx = finetune_context(settings, config, progress=not as_json)
     while True:
-        seen = check(ctx)
-        line: dict[str, Any] = {"time": time.time(), "new_episodes": seen.new_episodes, "threshold": seen.threshold}
-        if seen.due:
-            record = run_round(ctx, seen)
-            line |= {"round": record.round, "status": record.status, "steps": record.steps, "error": record.error}
+        line = {"time": time.time()} | round_report(*maybe_run_round(ctx))
         if as_json:
             out.print_json(json.dumps(line, default=str))
-        elif "round" in line:
-            out.print(f"round {line['round']}: [bold]{line['status']}[/] "
-                      f"({seen.new_episodes} new episodes){' - ' + line['error'] if line['error'] else ''}")
         else:
-            out.print(f"{seen.new_episodes}/{seen.threshold} new qualifying episodes; no round yet")
+            out.print(round_message(line))
         if once:
             return
         time.sleep(config.auto_interval_s)
+
+
+def round_report(seen, record) -> dict[str, Any]:
+    """What one scheduler check saw and, if it ran one, how the round ended (`maybe_run_round`'s result)."""
+    line: dict[str, Any] = {"new_episodes": seen.new_episodes, "threshold": seen.threshold}
+    if record is not None:
+        line |= {"round": record.round, "status": record.status, "steps": record.steps, "error": record.error}
+    return line
+
+
+def round_message(line: dict[str, Any]) -> str:
+    """`round_report` as one line for people."""
+    if "round" not in line:
+        return f"fine-tuning: {line['new_episodes']}/{line['threshold']} new qualifying episodes; no round yet"
+    error = f" - {line['error']}" if line["error"] else ""
+    return f"fine-tuning round {line['round']}: [bold]{line['status']}[/] ({line['new_episodes']} new episodes){error}"
 
 
 @finetune_app.command("rounds")

@@ -107,3 +107,12 @@ def test_run_with_finetune_auto_checks_the_scheduler_and_runs_a_due_round(crl_ho
     assert rounds == [3] and "fine-tuning round 1: promoted" in r.output
     r = invoke("run", "keyroom/key", "-n", "1", "--seed", "2", "--policy", "llm", "--max-steps", "1")
     assert rounds == [3]  # without the flag the scheduler is not consulted
+
+
+def test_finetune_auto_once_reports_the_check(crl_home):
+    r = invoke("finetune", "auto", "--once", "--min-new", "4", "--json")
+    assert r.exit_code == 0, r.output
+    line = json.loads(r.output[r.output.index("{"):])
+    assert (line["new_episodes"], line["threshold"]) == (0, 4) and "round" not in line
+    r = invoke("finetune", "auto", "--once", "--min-new", "4")
+    assert "fine-tuning: 0/4 new qualifying episodes; no round yet" in r.output
