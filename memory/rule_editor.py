@@ -299,16 +299,20 @@ class RuleEditor:
             self._delete(other, f"replaced by a contradicting rule with more votes (reflection {self.reflection})")
         return other not in self._live
 
+    def _agree_instead(self, op: RuleOp, other: str, touched: set[str], duplicates: str, what: str) -> None:
+        """A near-duplicate ADD or EDIT counts as AGREE on the rule it duplicates (once per reply)."""
+        if other in touched:
+            self._result.rejected.append(Rejected(op.raw, f"{duplicates} a rule that already has an operation in this reply"))
+            return
+        touched.add(other)
+        self._vote(other, self.config.agree_delta, "AGREE", f"{what} that duplicated this rule")
+        self._result.accepted.append((op, f"duplicates {other}: counted as AGREE on it"))
+
     def _edit(self, op: RuleOp, rid: str, text: str, touched: set[str]) -> None:
         vector = self.bank.embed([text])[0]
         kind, other = self._conflict(text, vector, exclude=rid)
         if kind == "duplicate" and other is not None:
-            if other in touched:
-                self._result.rejected.append(Rejected(op.raw, "the new text duplicates a rule that already has an operation in this reply"))
-                return
-            touched.add(other)
-            self._vote(other, self.config.agree_delta, "AGREE", "an EDIT that duplicated this rule")
-            self._result.accepted.append((op, f"duplicates {other}: counted as AGREE on it"))
+            self._agree_instead(op, other, touched, "the new text duplicates", "an EDIT")
             return
         live = self._live[rid]
         if kind == "contradiction" and other is not None:
@@ -329,12 +333,7 @@ class RuleEditor:
         vector = self.bank.embed([text])[0]
         kind, other = self._conflict(text, vector)
         if kind == "duplicate" and other is not None:
-            if other in touched:
-                self._result.rejected.append(Rejected(op.raw, "duplicates a rule that already has an operation in this reply"))
-                return
-            touched.add(other)
-            self._vote(other, self.config.agree_delta, "AGREE", "an ADD that duplicated this rule")
-            self._result.accepted.append((op, f"duplicates {other}: counted as AGREE on it"))
+            self._agree_instead(op, other, touched, "duplicates", "an ADD")
             return
         if kind == "contradiction" and other is not None:
             if self._live[other].pinned:
