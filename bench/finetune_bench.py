@@ -13,6 +13,12 @@ each round, with 95% intervals, and each round passes through the real promotion
 (judged on the no-memory evaluations, so a round worse than the last is not promoted).
 
     python -m bench.finetune_bench --expert-iteration --task keyroom/key --collect 64 --eval 40 --workdir DIR
+
+A curriculum (the seed's sub-skills, then the compound task): collect on the sub-skills,
+twice per seed (the second pass sampled, for DPO pairs), evaluate on the compound task:
+
+    python -m bench.finetune_bench --expert-iteration --task keyroom/compound \
+        --collect-tasks keyroom/key,keyroom/door,keyroom/chest,keyroom/compound --collect-passes 2 ...
 """
 
 from __future__ import annotations
@@ -177,23 +183,31 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
 
     plain: dict[Path | None, dict] = {None: _eval(home, args.task, args.eval, None, False, models_dir)}
     report("eval base memory=False", **plain[None])
-    t = time.perf_counter()
+    collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
+    sampling = load_settings({"home": str(home), "agent": {"parallel": 8},
+                              "llm": {"dtype": "bf16", "temperature": args.collect_temperature}})
     model = LocalChatModel(base, dtype="bf16")
     try:
-        collected = start_run(settings, args.task, args.collect, model=model)
+        for task in collect_tasks:
+            for n in range(args.collect_passes):
+                t = time.perf_counter()
+                collected = start_run(settings if n == 0 else sampling, task, args.collect, model=model)
+                s = collected.summary
+                decoding = "greedy" if n == 0 else f"temperature {args.collect_temperature}"
+                report(f"collect {task} pass {n + 1} (memory on, policy mixed, train fold, {decoding})",
+                       success=s.success_rate, successes=s.successes, episodes=s.finished,
+                       wall_seconds=round(time.perf_counter() - t, 1))
     finally:
         model.close()
-    s = collected.summary
-    report("collect (memory on, policy mixed, train fold)", success=s.success_rate, episodes=s.finished,
-           wall_seconds=round(time.perf_counter() - t, 1))
-    report("eval base memory=True", **_eval(home, args.task, args.eval, None, True, models_dir))
+    if args.eval_memory:
+        report("eval base memory=True", **_eval(home, args.task, args.eval_memory, None, True, models_dir))
     config = FinetuneConfig(epochs=args.epochs, max_length=768, memory_prompts=args.memory_prompts)
     tokenizer = load_tokenizer(base)
     registry = AdapterRegistry.of(home)
     for kind in ("sft", "dpo"):
         try:
             with open_bank(settings, actor="bench") as bank:
-                card = build_dataset(kind, bank, config, home / "datasets" / kind, tasks=[args.task],
+                card = build_dataset(kind, bank, config, home / "datasets" / kind, tasks=collect_tasks,
                                      tokenizer=tokenizer, base_model=EMBEDDED_MODEL_NAME)
         except ValueError as exc:
             report(f"{kind} dataset", error=str(exc))
@@ -211,7 +225,8 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         folder = registry.adapter_dir(lineage.id)
         plain[folder] = _eval(home, args.task, args.eval, folder, False, models_dir)
         report(f"eval {kind} memory=False", **plain[folder])
-        report(f"eval {kind} memory=True", **_eval(home, args.task, args.eval, folder, True, models_dir))
+        if args.eval_memory:
+            report(f"eval {kind} memory=True", **_eval(home, args.task, args.eval_memory, folder, True, models_dir))
         decision = _gate(home, config, lineage.id, args.task, plain)
         report(f"gate {kind}", promoted=decision.promoted, reason=decision.reason, current=decision.current)
     return rows
@@ -230,8 +245,15 @@ def main() -> None:
     ap.add_argument("--workdir", help="keep the scratch bank and dataset here (reused when present)")
     ap.add_argument("--expert-iteration", action="store_true", help="run the expert-iteration loop instead")
     ap.add_argument("--task", default="keyroom/key")
-    ap.add_argument("--collect", type=int, default=64, help="train-fold episodes collected with memory on")
-    ap.add_argument("--eval", type=int, default=40, help="dev-fold episodes per evaluation")
+    ap.add_argument("--collect", type=int, default=64, help="train-fold episodes collected with memory on, per task and pass")
+    ap.add_argument("--collect-tasks", help="comma-separated tasks to collect on (default: --task); e.g. the sub-skills "
+                                            "keyroom/key,keyroom/door,keyroom/chest for a compound evaluation")
+    ap.add_argument("--collect-passes", type=int, default=1,
+                    help="play the same train seeds this many times; passes after the first sample (so one seed can "
+                         "give a success and a failure: trajectory-level DPO pairs)")
+    ap.add_argument("--collect-temperature", type=float, default=0.7, help="sampling temperature of passes after the first")
+    ap.add_argument("--eval", type=int, default=40, help="dev-fold episodes per evaluation without memory")
+    ap.add_argument("--eval-memory", type=int, help="dev-fold episodes per evaluation with memory (default: --eval; 0: skip)")
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--dpo-steps", type=int, default=10, help="optimizer steps of the DPO round (CPU time)")
     ap.add_argument("--memory-prompts", default="strip", choices=["keep", "strip", "skip"],
@@ -241,6 +263,8 @@ def main() -> None:
     args = ap.parse_args()
 
     models_dir = Path(args.models_dir)
+    if args.eval_memory is None:
+        args.eval_memory = args.eval
     if args.expert_iteration:
         if not args.workdir:
             raise SystemExit("--expert-iteration needs --workdir (its bank, runs and adapters stay there)")

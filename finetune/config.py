@@ -89,7 +89,9 @@ class FinetuneConfig(BaseModel):
     )
     save_steps: int = Field(50, ge=1, description="Checkpoint every this many optimizer steps (for --resume).")
     save_total_limit: int = Field(2, ge=1, description="Checkpoints kept per training job.")
-    logging_steps: int = Field(5, ge=1, description="Log the loss every this many steps.")
+    logging_steps: int = Field(
+        5, ge=1, description="Log the loss every this many steps (fewer in a short round, so it logs at least 4 times)."
+    )
     seed: int = Field(0, description="Seed of weight init, dropout and data order (resumes reproduce it).")
     device: str = Field("auto", description="auto (CUDA when available), cpu or cuda.")
 

@@ -23,6 +23,7 @@ the bare base model trains a fresh adapter with the reference = adapter disabled
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -131,8 +132,27 @@ def _checkpointing_arg() -> str:
     return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
 
 
-def _common_args(cfg: FinetuneConfig, work_dir: Path, device: str, max_length: int, progress: bool) -> dict[str, Any]:
+def planned_steps(cfg: FinetuneConfig, examples: int, processes: int = 1) -> int:
+    """Optimizer steps a round will run: `max_steps`, or `epochs` passes over `examples`."""
+    if cfg.max_steps > 0:
+        return cfg.max_steps
+    per_step = cfg.batch_size * cfg.gradient_accumulation * max(1, processes)
+    return max(1, math.ceil(cfg.epochs * math.ceil(examples / per_step)))
+
+
+def logging_interval(cfg: FinetuneConfig, steps: int) -> int:
+    """`logging_steps`, shortened so that even a short round logs its loss at least four times
+    (a round logged once has first_loss == last_loss, which says nothing)."""
+    return max(1, min(cfg.logging_steps, steps // 4))
+
+
+def _common_args(
+    cfg: FinetuneConfig, work_dir: Path, device: str, max_length: int, progress: bool, examples: int
+) -> dict[str, Any]:
     on_cpu = device == "cpu"
+    from finetune.distributed import num_processes
+
+    steps = planned_steps(cfg, examples, num_processes())
     return dict(
         output_dir=str(work_dir / CHECKPOINTS_DIR),
         num_train_epochs=cfg.epochs,
@@ -140,7 +160,7 @@ def _common_args(cfg: FinetuneConfig, work_dir: Path, device: str, max_length: i
         per_device_train_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation,
         warmup_steps=cfg.warmup_ratio,
-        logging_steps=cfg.logging_steps,
+        logging_steps=logging_interval(cfg, steps),
         logging_nan_inf_filter=False,  # a NaN must reach the guard, not be averaged away
         save_strategy="steps",
         save_steps=cfg.save_steps,
@@ -232,7 +252,7 @@ def build_trainer(job: TrainJob, work_dir: Path, progress: bool = True, callback
     tokenizer = load_tokenizer(job.base_model_path)
     model, peft_config = _load_model(job, cfg, device)
     max_length = card.max_length or cfg.max_length
-    args = _common_args(cfg, work_dir, device, max_length, progress)
+    args = _common_args(cfg, work_dir, device, max_length, progress, len(rows))
     guards = [TrainingGuard(), *(callbacks or [])]
     if job.kind == "sft":
         from trl import SFTConfig, SFTTrainer

@@ -14,7 +14,7 @@ import torch
 
 from finetune.config import FinetuneConfig
 from finetune.guards import TrainingDiverged, TrainingGuard
-from finetune.train import EmptyLossMaskError, check_loss_mask
+from finetune.train import EmptyLossMaskError, check_loss_mask, logging_interval, planned_steps
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = "smollm2-135m-instruct"
@@ -53,6 +53,16 @@ def test_guard_aborts_on_nan_and_zero_gradients_and_nan_loss():
     with pytest.raises(TrainingDiverged, match="loss is nan"):
         guard.on_log(_Args(), _State(), None, logs={"loss": float("nan")})
 
+
+
+def test_short_rounds_log_their_loss_at_least_four_times():
+    cfg = FinetuneConfig(epochs=1, batch_size=8, gradient_accumulation=1, logging_steps=5)
+    assert planned_steps(cfg, examples=48) == 6
+    assert planned_steps(cfg, examples=48, processes=2) == 3
+    assert planned_steps(cfg.model_copy(update={"max_steps": 3}), examples=48) == 3
+    assert logging_interval(cfg, 6) == 1
+    assert logging_interval(cfg, 14) == 3
+    assert logging_interval(cfg, 400) == 5
 
 def test_loss_mask_check_fails_loudly():
     ok = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}]
