@@ -16,7 +16,8 @@ Arms are settings overrides, the same knobs as `crl run`:
 Arms that keep no memory cannot change between evaluation points: they are evaluated once
 and that figure stands for every point (their train episodes would be wasted compute). The
 `none` arm with greedy decoding is also identical across repeats, so it runs one repeat, and
-the start point of `memory` and `memory+rules` (empty memory, the model alone) is `none`'s.
+the start point of `memory` and `memory+rules` (empty memory, the model alone) is `none`'s;
+that of `mixed+rules` is `mixed`'s in the same repeat (no rule exists before training).
 """
 
 from __future__ import annotations
@@ -110,6 +111,18 @@ def starts_as_none(arm: str, overrides: dict[str, Any]) -> bool:
     return ARMS[arm]["agent"].get("policy") == "llm" and arm != "none" and deterministic("none", overrides)
 
 
+def twin_start(arm: str, rep: int, overrides: dict[str, Any], done: dict[tuple[str, int], ArmRun]) -> CurvePoint | None:
+    """The first evaluation this arm would repeat, when one was already played: an `X+rules`
+    arm starts as `X` in the same repeat (no rule exists before training; greedy decoding),
+    an llm-policy memory arm as `none` (see `starts_as_none`)."""
+    base = arm.removesuffix("+rules")
+    greedy = deterministic("none", overrides)
+    twin = done.get((base, rep)) if base != arm and base in ARMS and greedy else None
+    if twin is None and starts_as_none(arm, overrides):
+        twin = done.get(("none", 0))
+    return twin.points[0] if twin is not None and twin.points else None
+
+
 def learns(arm: str) -> bool:
     """Whether an arm can change between evaluation points."""
     return ARMS[arm].get("memory", {}).get("enabled", True)
@@ -167,8 +180,7 @@ def run_curve(
                 if run.points and not learns(arm):
                     first = run.points[0]
                     evaluated = replace(first, train_episodes=point, train_steps=steps)
-                elif point == 0 and starts_as_none(arm, spec.overrides) and done.get(("none", 0), ArmRun("none", 0)).points:
-                    first = done[("none", 0)].points[0]
+                elif point == 0 and (first := twin_start(arm, rep, spec.overrides, done)) is not None:
                     evaluated = replace(first, train_episodes=0, train_steps=0)
                 else:
                     ev = start_run(settings, spec.task, spec.eval_episodes, fold="dev", kind="eval", model=model)

@@ -99,6 +99,19 @@ def test_memory_arms_start_from_the_none_arms_first_point(tmp_path, monkeypatch)
     assert not starts_as_none("memory", sampled.overrides)
 
 
+def test_a_rules_arm_starts_from_its_twins_first_point_in_the_same_repeat(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = CurveSpec("keyroom/key", ["mixed", "mixed+rules"], budget=2, eval_every=2, eval_episodes=2, repeats=2,
+                     overrides={"agent": {"reply_format": "action", "parallel": 2}, "reflect": {"every": 0}})
+    results = run_curve(spec, tmp_path / "exp", solver_model())
+    runs = {(r["arm"], r["repeat"]): r for r in results["runs"]}
+    for rep in (0, 1):
+        assert runs[("mixed+rules", rep)]["points"][0] == runs[("mixed", rep)]["points"][0]
+        played = list((tmp_path / "exp" / "mixed+rules" / f"repeat-{rep}" / "evals").iterdir())
+        assert len(played) == 1, "the start point was played again instead of copied"
+        assert len(list((tmp_path / "exp" / "mixed" / f"repeat-{rep}" / "evals").iterdir())) == 2
+
+
 @pytest.mark.slow
 def test_curve_with_the_embedded_model_on_an_easy_twx_game(tmp_path, monkeypatch, embedded_models_dir):
     from agent.llm.embedded import embedded_model_path
