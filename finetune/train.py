@@ -149,9 +149,9 @@ def logging_interval(cfg: FinetuneConfig, steps: int) -> int:
 def _common_args(
     cfg: FinetuneConfig, work_dir: Path, device: str, max_length: int, progress: bool, examples: int
 ) -> dict[str, Any]:
-    on_cpu = device == "cpu"
     from finetune.distributed import num_processes
 
+    on_cpu = device == "cpu"
     steps = planned_steps(cfg, examples, num_processes())
     return dict(
         output_dir=str(work_dir / CHECKPOINTS_DIR),
