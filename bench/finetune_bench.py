@@ -184,8 +184,7 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     plain: dict[Path | None, dict] = {None: _eval(home, args.task, args.eval, None, False, models_dir)}
     report("eval base memory=False", **plain[None])
     collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
-    sampling = load_settings({"home": str(home), "agent": {"parallel": 8},
-                              "llm": {"dtype": "bf16", "temperature": args.collect_temperature}})
+    sampling = settings.model_copy(update={"llm": settings.llm.model_copy(update={"temperature": args.collect_temperature})})
     model = LocalChatModel(base, dtype="bf16")
     try:
         for task in collect_tasks:
