@@ -126,6 +126,12 @@ def open_bank(settings: Settings, actor: str | None = None):
     return ExperienceBank(settings.memory_dir, runs_dir=settings.runs_dir, config=settings.memory, actor=actor)
 
 
+def loaded_adapter(model: ChatModel) -> str | None:
+    """The folder of the LoRA adapter `model` runs with (a local model, explicit or promoted), if any."""
+    adapter = getattr(model, "adapter", None)
+    return str(adapter) if adapter else None
+
+
 def start_run(
     settings: Settings,
     task: str,
@@ -147,7 +153,7 @@ def start_run(
         task=task,
         seeds=seeds,
         model=getattr(model, "name", ""),
-        adapter=settings.llm.adapter,
+        adapter=loaded_adapter(model) or settings.llm.adapter,
         settings=settings_snapshot(settings) | {"fold": fold},
     )
     store = RunStore(settings.evals_dir if kind == "eval" else settings.runs_dir)
@@ -169,6 +175,8 @@ def resume_run(
     store = find_run(run_stores(settings), run_id)
     info = store.load(run_id)
     settings = _as_started(settings, info)
+    if model is None and info.adapter and not settings.llm.adapter:
+        settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"adapter": info.adapter})})
     logged = {e.episode_id: e for e in store.episodes(run_id)}
     model = model or build_chat_model(settings)
     plans = []

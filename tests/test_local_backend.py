@@ -18,7 +18,7 @@ from agent.llm.embedded import (
     embedded_gguf_file,
     embedded_model_path,
 )
-from agent.llm.local import LocalChatModel, _left_pad, _tokens_until_stop
+from agent.llm.local import LocalChatModel, _left_pad, _tokens_until_stop, adapter_name
 
 GREEDY = GenerationConfig(max_new_tokens=16)
 
@@ -366,3 +366,12 @@ def test_closed_model_refuses_to_generate(checkpoint):
     chat.close()
     with pytest.raises(LLMError, match="closed"):
         chat.generate([user("hi")], GREEDY)
+
+
+def test_a_registered_adapter_is_named_by_its_id_not_its_folder(tmp_path):
+    registered = tmp_path / "adapters" / "sft-20261130-051851-b845"
+    (registered / "adapter").mkdir(parents=True)
+    (registered / "lineage.json").write_text("{}")
+    assert adapter_name(registered / "adapter") == "sft-20261130-051851-b845"
+    assert adapter_name(tmp_path / "round-1") == "round-1"
+    assert adapter_name(tmp_path / "adapter") == "adapter", "a folder named adapter outside the registry keeps its name"

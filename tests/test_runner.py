@@ -131,6 +131,36 @@ def test_resume_continues_an_interrupted_run_without_duplicates(crl_home):
     assert RunStore(crl_home / "runs").load(run_id).status == "finished"
 
 
+class AdapterModel(KillAfter):
+    """A scripted model that says it runs with a LoRA adapter, as `LocalChatModel` does."""
+
+    adapter = "/adapters/sft-1/adapter"
+
+
+def test_a_run_records_the_adapter_its_model_loaded_and_resumes_with_it(crl_home, monkeypatch):
+    task, n = "keyroom/key", 2
+    seeds = fold_seeds(task, "train", n)
+    replies = solver_replies(task, seeds)
+    settings = settings_for(crl_home, parallel=1)
+    with pytest.raises(KeyboardInterrupt):
+        start_run(settings, task, n, model=AdapterModel(replies, 1))
+    store = RunStore(crl_home / "runs")
+    run_id = store.list()[0].run_id
+    assert store.load(run_id).adapter == AdapterModel.adapter
+    assert [e.adapter for e in store.episodes(run_id)] == [AdapterModel.adapter]
+
+    built = []
+
+    def build(resumed_settings):
+        built.append(resumed_settings.llm.adapter)
+        return ScriptedModel(replies[1:])
+
+    monkeypatch.setattr("agent.app.build_chat_model", build)
+    result = resume_run(settings, run_id)
+    assert built == [AdapterModel.adapter], "the resumed run loads the adapter it started with, not today's promoted one"
+    assert all(e.success for e in result.episodes)
+
+
 def test_torn_tail_is_repaired_on_reopen(tmp_path):
     path = tmp_path / "episodes.jsonl"
     path.write_text('{"event": "start", "episode_id": "e1", "run_id": "r", "task": "keyroom/key", "seed": 1, "goal": "g"}\n{"event": "step", "episode_id": "e1", "ind')

@@ -43,7 +43,7 @@ class LocalChatModel:
         dtype: "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16" or "fp16".
         cache_dir: where `.gguf` files are converted to; required for them.
         name: the name reported as `self.name`; defaults to the folder name or hub id, with
-            "+<adapter folder name>" appended when an adapter is loaded.
+            "+<adapter name>" appended when an adapter is loaded (`adapter_name`).
 
     A conversation whose last message has role "assistant" is a primed reply: its content is
     appended verbatim after the generation prompt and only the continuation is returned.
@@ -72,7 +72,7 @@ class LocalChatModel:
         self.model.eval()
         self.adapter = Path(adapter) if adapter is not None else None
         self.name = name or (
-            base_name + (f"+{self.adapter.name}" if self.adapter is not None else "")
+            base_name + (f"+{adapter_name(self.adapter)}" if self.adapter is not None else "")
         )
 
     @classmethod
@@ -84,7 +84,7 @@ class LocalChatModel:
         dtype: str = "auto",
     ) -> LocalChatModel:
         """The embedded SmolLM2-135M-Instruct, converted into `cache_dir` on first use."""
-        name = EMBEDDED_MODEL_NAME + (f"+{Path(adapter).name}" if adapter is not None else "")
+        name = EMBEDDED_MODEL_NAME + (f"+{adapter_name(Path(adapter))}" if adapter is not None else "")
         return cls(
             embedded_model_path(Path(cache_dir)),
             adapter=adapter,
@@ -360,6 +360,15 @@ def _not_found(source: str, error: Exception) -> LLMError:
             f"folder or .gguf file."
         )
     return LLMError(f"Cannot load model {source!r}: {error}. Check the hub id or the path.")
+
+
+def adapter_name(adapter: Path) -> str:
+    """An adapter's name in model names: its folder's, or the registry id for a registered
+    adapter (`<home>/adapters/<id>/adapter`)."""
+    adapter = Path(adapter)
+    if adapter.name == "adapter" and (adapter.parent / "lineage.json").is_file():
+        return adapter.parent.name
+    return adapter.name
 
 
 def _apply_adapter(model, adapter: Path):
