@@ -1,4 +1,4 @@
-"""LoRA fine-tuning on CPU (a benchmark, not a test): training speed, and one expert-iteration loop.
+"""LoRA fine-tuning on CPU (a benchmark, not a test): training speed, and an expert-iteration loop.
 
 Speed: fills a scratch bank with solver demonstrations (scripted, no model needed), builds
 an SFT dataset with the embedded model's tokenizer, trains a few steps per setting (and,
@@ -19,6 +19,11 @@ twice per seed (the second pass sampled, for DPO pairs), evaluate on the compoun
 
     python -m bench.finetune_bench --expert-iteration --task keyroom/compound \
         --collect-tasks keyroom/key,keyroom/door,keyroom/chest,keyroom/compound --collect-passes 2 ...
+
+More rounds (--sft-rounds N): each round after the first collects on new train seeds with the
+promoted adapter (memory on) and trains SFT from the base on every success so far; the DPO round
+comes last, on top of whatever is promoted then. Every finished stage is appended to
+<workdir>/expert-iteration.jsonl; rerunning the same command resumes after the last one.
 """
 
 from __future__ import annotations
@@ -165,70 +170,114 @@ def _gate(home: Path, config: FinetuneConfig, adapter_id: str, task: str, scores
 
 
 def expert_iteration(args, models_dir: Path) -> list[dict]:
-    """Collect with memory -> SFT on successes -> evaluate -> gate -> DPO on top -> evaluate -> gate."""
+    """Rounds of (collect with memory -> SFT on the successes -> evaluate -> gate), then DPO on top -> evaluate -> gate.
+
+    Round 1 collects with the base model; each later round collects on new train seeds with the
+    promoted adapter, and its SFT round trains from the base on every success so far (as
+    `crl finetune auto` does). Each finished stage is appended to `<workdir>/expert-iteration.jsonl`;
+    a rerun with the same workdir reuses the stages already there (a killed stage is played again).
+    """
     from agent.app import open_bank
     from agent.llm.local import LocalChatModel
-    from finetune.build import build_dataset
+    from bench.stage_log import StageLog
     from finetune.registry import AdapterRegistry
     from finetune.rounds import FinetuneContext, train_and_register
 
     home = Path(args.workdir) / ".crl"
     base = embedded_model_path(models_dir)
     settings = load_settings({"home": str(home), "agent": {"parallel": 8}, "llm": {"dtype": "bf16"}})
-    rows: list[dict] = []
-
-    def report(label: str, **fields) -> None:
-        rows.append({"stage": label} | fields)
-        print(json.dumps(rows[-1]), flush=True)
-
-    plain: dict[Path | None, dict] = {None: _eval(home, args.task, args.eval, None, False, models_dir)}
-    report("eval base memory=False", **plain[None])
-    collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
     sampling = settings.model_copy(update={"llm": settings.llm.model_copy(update={"temperature": args.collect_temperature})})
-    model = LocalChatModel(base, dtype="bf16")
-    try:
-        for task in collect_tasks:
-            for n in range(args.collect_passes):
-                t = time.perf_counter()
-                collected = start_run(settings if n == 0 else sampling, task, args.collect, model=model)
-                s = collected.summary
-                decoding = "greedy" if n == 0 else f"temperature {args.collect_temperature}"
-                report(f"collect {task} pass {n + 1} (memory on, policy mixed, train fold, {decoding})",
-                       success=s.success_rate, successes=s.successes, episodes=s.finished,
-                       wall_seconds=round(time.perf_counter() - t, 1))
-    finally:
-        model.close()
-    if args.eval_memory:
-        report("eval base memory=True", **_eval(home, args.task, args.eval_memory, None, True, models_dir))
+    collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
     config = FinetuneConfig(epochs=args.epochs, max_length=768, memory_prompts=args.memory_prompts)
     tokenizer = load_tokenizer(base)
     registry = AdapterRegistry.of(home)
-    for kind in ("sft", "dpo"):
+    log = StageLog(Path(args.workdir) / "expert-iteration.jsonl")
+    plain: dict[Path | None, dict] = {}
+    ours = {row.get("adapter") for row in log.recorded() if row["stage"].endswith(" train")}
+    outside = registry.promoted(EMBEDDED_MODEL_NAME)
+    if outside and outside not in ours:
+        raise SystemExit(f"{home} has adapter {outside} promoted by something other than this benchmark; the loop starts "
+                         "from the base model: roll it back (crl adapters rollback) or use another --workdir")
+
+    def evaluate(name: str, adapter_id: str | None, memory: bool) -> None:
+        episodes = args.eval_memory if memory else args.eval
+        if not episodes:
+            return
+        folder = registry.adapter_dir(adapter_id) if adapter_id else None
+        row = log.run(f"eval {name} memory={memory}", lambda: _eval(home, args.task, episodes, folder, memory, models_dir),
+                      task=args.task, adapter=adapter_id, dev_episodes=episodes)
+        if not memory:
+            plain[folder] = row
+
+    def collect(round_no: int, adapter_id: str | None) -> None:
+        seed_start = (round_no - 1) * args.collect
+        model = None
         try:
+            for task in collect_tasks:
+                for n in range(args.collect_passes):
+                    def play() -> dict:
+                        nonlocal model
+                        if model is None:
+                            adapter = registry.adapter_dir(adapter_id) if adapter_id else None
+                            model = LocalChatModel(base, adapter=adapter, dtype="bf16")
+                        t = time.perf_counter()
+                        s = start_run(settings if n == 0 else sampling, task, args.collect, seed_start=seed_start,
+                                      model=model).summary
+                        return {"success": s.success_rate, "successes": s.successes, "episodes": s.finished,
+                                "wall_seconds": round(time.perf_counter() - t, 1)}
+
+                    decoding = "greedy" if n == 0 else f"temperature {args.collect_temperature}"
+                    log.run(f"collect {round_no} {task} pass {n + 1}", play, adapter=adapter_id, memory=True,
+                            policy="mixed", fold="train", seeds=[seed_start, seed_start + args.collect], decoding=decoding)
+        finally:
+            if model is not None:
+                model.close()
+
+    def train(kind: str, name: str, parent: str | None) -> str | None:
+        """Build, train, evaluate and gate one round; the adapter's id if the gate promoted it."""
+        folder = home / "datasets" / name.replace(" ", "-")
+
+        def build() -> dict:
             with open_bank(settings, actor="bench") as bank:
-                card = build_dataset(kind, bank, config, home / "datasets" / kind, tasks=collect_tasks,
+                card = build_dataset(kind, bank, config, folder, tasks=collect_tasks,
                                      tokenizer=tokenizer, base_model=EMBEDDED_MODEL_NAME)
+            return {"examples": card.examples, "dropped": card.dropped, "stats": card.stats}
+
+        def fit() -> dict:
+            step_cap = args.dpo_steps if kind == "dpo" else -1
+            ctx = FinetuneContext(home=home, config=config.model_copy(update={"max_steps": step_cap}),
+                                  base_model=EMBEDDED_MODEL_NAME, base_model_path=base, progress=False)
+            _, lineage = train_and_register(ctx, kind, folder, from_adapter=parent)
+            m = lineage.metrics
+            return {"adapter": lineage.id, "steps": m["steps"], "examples_seen": m.get("examples_seen"),
+                    "wall_seconds": round(m["wall_seconds"], 1), "examples_per_s": round(m["examples_per_s"], 3),
+                    "first_loss": m["first_loss"], "last_loss": m["last_loss"]}
+
+        try:
+            log.run(f"{name} dataset", build)
         except ValueError as exc:
-            report(f"{kind} dataset", error=str(exc))
-            break
-        report(f"{kind} dataset", examples=card.examples, dropped=card.dropped, stats=card.stats)
-        step_cap = args.dpo_steps if kind == "dpo" else -1
-        ctx = FinetuneContext(home=home, config=config.model_copy(update={"max_steps": step_cap}),
-                              base_model=EMBEDDED_MODEL_NAME, base_model_path=base, progress=False)
-        parent = registry.promoted(EMBEDDED_MODEL_NAME) if kind == "dpo" else None
-        _, lineage = train_and_register(ctx, kind, home / "datasets" / kind, from_adapter=parent)
-        m = lineage.metrics
-        report(f"{kind} round", adapter=lineage.id, parent=parent, steps=m["steps"],
-               examples_seen=m.get("examples_seen"), wall_seconds=round(m["wall_seconds"], 1),
-               examples_per_s=round(m["examples_per_s"], 3), first_loss=m["first_loss"], last_loss=m["last_loss"])
-        folder = registry.adapter_dir(lineage.id)
-        plain[folder] = _eval(home, args.task, args.eval, folder, False, models_dir)
-        report(f"eval {kind} memory=False", **plain[folder])
-        if args.eval_memory:
-            report(f"eval {kind} memory=True", **_eval(home, args.task, args.eval_memory, folder, True, models_dir))
-        decision = _gate(home, config, lineage.id, args.task, plain)
-        report(f"gate {kind}", promoted=decision.promoted, reason=decision.reason, current=decision.current)
-    return rows
+            log.skip(f"{name} dataset", error=str(exc))
+            return None
+        adapter_id = log.run(f"{name} train", fit, parent=parent)["adapter"]
+        evaluate(name, adapter_id, memory=False)
+        evaluate(name, adapter_id, memory=True)
+
+        def gate() -> dict:
+            decision = _gate(home, config, adapter_id, args.task, plain)
+            return {"promoted": decision.promoted, "reason": decision.reason, "current": decision.current}
+
+        return adapter_id if log.run(f"gate {name}", gate, candidate=adapter_id)["promoted"] else None
+
+    evaluate("base", None, memory=False)
+    promoted = None
+    for round_no in range(1, args.sft_rounds + 1):
+        collect(round_no, promoted)
+        if round_no == 1:
+            evaluate("base", None, memory=True)
+        promoted = train("sft", f"sft {round_no}", parent=None) or promoted
+    if args.dpo_steps and promoted:
+        train("dpo", "dpo", parent=promoted)
+    return log.rows
 
 
 def main() -> None:
@@ -254,7 +303,9 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=40, help="dev-fold episodes per evaluation without memory")
     ap.add_argument("--eval-memory", type=int, help="dev-fold episodes per evaluation with memory (default: --eval; 0: skip)")
     ap.add_argument("--epochs", type=float, default=1.0)
-    ap.add_argument("--dpo-steps", type=int, default=10, help="optimizer steps of the DPO round (CPU time)")
+    ap.add_argument("--sft-rounds", type=int, default=1,
+                    help="expert-iteration rounds; each after the first collects new train seeds with the promoted adapter")
+    ap.add_argument("--dpo-steps", type=int, default=10, help="optimizer steps of the DPO round on top (CPU time; 0: none)")
     ap.add_argument("--memory-prompts", default="strip", choices=["keep", "strip", "skip"],
                     help="train on prompts with their memory section (keep) or without it (strip: the adapter "
                          "internalises what memory taught, and is judged without memory)")
@@ -267,6 +318,8 @@ def main() -> None:
     if args.expert_iteration:
         if not args.workdir:
             raise SystemExit("--expert-iteration needs --workdir (its bank, runs and adapters stay there)")
+        if args.eval < 1:
+            raise SystemExit("--expert-iteration needs --eval >= 1: the gate judges rounds on those evaluations")
         rows = expert_iteration(args, models_dir)
         if args.json:
             print(json.dumps(rows, indent=2))
