@@ -235,9 +235,10 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
 
     def train(kind: str, name: str, parent: str | None) -> str | None:
         """Build, train, evaluate and gate one round; the adapter's id if the gate promoted it."""
-        folder = home / "datasets" / name.replace(" ", "-")
+        folder = home / "datasets" / (name.replace(" ", "-") + (f"-on-{parent}" if parent else ""))
 
         def build() -> dict:
+            shutil.rmtree(folder, ignore_errors=True)
             with open_bank(settings, actor="bench") as bank:
                 card = build_dataset(kind, bank, config, folder, tasks=collect_tasks,
                                      tokenizer=tokenizer, base_model=EMBEDDED_MODEL_NAME)
