@@ -199,11 +199,14 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         raise SystemExit(f"{home} has adapter {outside} promoted by something other than this benchmark; the loop starts "
                          "from the base model: roll it back (crl adapters rollback) or use another --workdir")
 
+    def folder_of(adapter_id: str | None) -> Path | None:
+        return registry.adapter_dir(adapter_id) if adapter_id else None
+
     def evaluate(name: str, adapter_id: str | None, memory: bool) -> None:
         episodes = args.eval_memory if memory else args.eval
         if not episodes:
             return
-        folder = registry.adapter_dir(adapter_id) if adapter_id else None
+        folder = folder_of(adapter_id)
         row = log.run(f"eval {name} memory={memory}", lambda: _eval(home, args.task, episodes, folder, memory, models_dir),
                       task=args.task, adapter=adapter_id, dev_episodes=episodes)
         if not memory:
@@ -218,8 +221,7 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
                     def play() -> dict:
                         nonlocal model
                         if model is None:
-                            adapter = registry.adapter_dir(adapter_id) if adapter_id else None
-                            model = LocalChatModel(base, adapter=adapter, dtype="bf16")
+                            model = LocalChatModel(base, adapter=folder_of(adapter_id), dtype="bf16")
                         t = time.perf_counter()
                         s = start_run(settings if n == 0 else sampling, task, args.collect, seed_start=seed_start,
                                       model=model).summary

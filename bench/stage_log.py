@@ -40,14 +40,13 @@ class StageLog:
             with self.path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             self._done[stage] = row
-        self.rows.append(row)
-        if self.echo:
-            print(json.dumps(row), flush=True)
-        return row
+        return self._report(row)
 
     def skip(self, stage: str, **fields: Any) -> dict[str, Any]:
         """Report a stage that did not run (say why in `fields`); it is not recorded, so a rerun tries it again."""
-        row = {"stage": stage, "skipped": True} | fields
+        return self._report({"stage": stage, "skipped": True} | fields)
+
+    def _report(self, row: dict[str, Any]) -> dict[str, Any]:
         self.rows.append(row)
         if self.echo:
             print(json.dumps(row), flush=True)

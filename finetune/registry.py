@@ -311,6 +311,14 @@ class AdapterRegistry:
             return lineage.id
 
 
+def registered_adapter_id(folder: str | Path) -> str | None:
+    """The id of the registered adapter whose PEFT folder is `folder` (`<id>/adapter`), else None."""
+    folder = Path(folder)
+    if folder.name == ADAPTER_SUBDIR and (folder.parent / LINEAGE_FILE).is_file():
+        return folder.parent.name
+    return None
+
+
 def promoted_adapter_path(settings_or_home: Any, base_model: str | None) -> Path | None:
     """The folder of the promoted adapter of `base_model` (a `llm.model` value; None: embedded), if any.
 

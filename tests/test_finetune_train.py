@@ -206,6 +206,7 @@ def test_dpo_continues_the_sft_adapter(trained_home, base_path, sft_adapter):
 def test_gate_with_the_real_evaluator_records_its_decision(trained_home, base_path, sft_adapter, tmp_path):
     from agent.cli_finetune import local_evaluator
     from agent.config import load_settings
+    from agent.runs import RunStore
     from finetune.gate import decide, run_gate, TaskScore
     from finetune.registry import AdapterRegistry
 
@@ -224,8 +225,6 @@ def test_gate_with_the_real_evaluator_records_its_decision(trained_home, base_pa
     assert decision.promoted is False and decide(cand, cur, 0.0)[1] == decision.reason
     assert registry.get(sft.id).gate[-1].reason == decision.reason
     assert len(list((tmp_path / "evalhome" / "evals").iterdir())) == 2, "both sides ran as evaluations"
-    from agent.runs import RunStore
-
     runs = RunStore(tmp_path / "evalhome" / "evals")
     assert runs.load(scores["candidate_run"]).adapter == str(registry.adapter_dir(sft.id))
     assert runs.load(scores["candidate_run"]).model.endswith("+" + sft.id)

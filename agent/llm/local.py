@@ -363,12 +363,10 @@ def _not_found(source: str, error: Exception) -> LLMError:
 
 
 def adapter_name(adapter: Path) -> str:
-    """An adapter's name in model names: its folder's, or the registry id for a registered
-    adapter (`<home>/adapters/<id>/adapter`)."""
-    adapter = Path(adapter)
-    if adapter.name == "adapter" and (adapter.parent / "lineage.json").is_file():
-        return adapter.parent.name
-    return adapter.name
+    """An adapter's name in model names: the registry id for a registered adapter, else its folder's."""
+    from finetune.registry import registered_adapter_id
+
+    return registered_adapter_id(adapter) or Path(adapter).name
 
 
 def _apply_adapter(model, adapter: Path):
