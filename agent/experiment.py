@@ -18,19 +18,25 @@ and that figure stands for every point (their train episodes would be wasted com
 `none` arm with greedy decoding is also identical across repeats, so it runs one repeat, and
 the start point of `memory` and `memory+rules` (empty memory, the model alone) is `none`'s;
 that of `mixed+rules` is `mixed`'s in the same repeat (no rule exists before training).
+
+Every evaluation point keeps the outcome of each dev seed, and every arm and repeat plays
+the same dev seeds, so two arms are compared on paired outcomes: `compare_arms` gives
+McNemar's exact test on the (repeat, seed) pairs beside Fisher's exact test on the pooled
+rates, and `table.md` (`crl experiment report`) prints both.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from agent.config import Settings, load_settings
-from agent.llm.base import ChatModel
-from tasks.evaluation import wilson_interval
+from crl.agent.config import Settings, load_settings
+from crl.agent.llm.base import ChatModel
+from crl.tasks.evaluation import fisher_p, mcnemar_p, wilson_interval
 
 ARMS: dict[str, dict[str, Any]] = {
     "none": {"agent": {"memory": "off", "policy": "llm"}, "memory": {"enabled": False}},
@@ -56,6 +62,7 @@ class CurvePoint:
     retrieval_ms_per_step: float | None = None
     decided_by: dict[str, int] = field(default_factory=dict)
     mean_score: float | None = None
+    outcomes: dict[str, bool] = field(default_factory=dict)  # dev seed (as text: a JSON key) -> success
 
     @property
     def rate(self) -> float:
@@ -146,7 +153,7 @@ def run_curve(
     on_point: Callable[[ArmRun, CurvePoint], None] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the experiment; returns the results written to `out_dir/results.json`."""
-    from agent.app import start_run
+    from crl.agent.app import start_run
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.json"
@@ -155,7 +162,9 @@ def run_curve(
         old = load_results(path)
         if old["spec"] != asdict(spec):
             raise ValueError(f"{path} holds a different experiment; choose another --out")
-        runs = [ArmRun(r["arm"], r["repeat"], [CurvePoint(**p) for p in r["points"]], r["seconds"]) for r in old["runs"]]
+        runs = [
+            ArmRun(r["arm"], r["repeat"], [CurvePoint(**p) for p in r["points"]], r["seconds"]) for r in old["runs"]
+        ]
     done = {(r.arm, r.repeat): r for r in runs}
     checkpoints = list(range(0, spec.budget + 1, spec.eval_every))
     for arm in spec.arms:
@@ -171,10 +180,12 @@ def run_curve(
             settings.llm.seed = rep
             trained = run.points[-1].train_episodes if run.points else 0
             steps = run.points[-1].train_steps if run.points else 0
-            for point in checkpoints[len(run.points):]:
+            for point in checkpoints[len(run.points) :]:
                 t0 = time.monotonic()
                 if point > trained and learns(arm):
-                    result = start_run(settings, spec.task, point - trained, seed_start=rep * spec.budget + trained, model=model)
+                    result = start_run(
+                        settings, spec.task, point - trained, seed_start=rep * spec.budget + trained, model=model
+                    )
                     steps += sum(len(e.steps) for e in result.episodes)
                 trained = point
                 if run.points and not learns(arm):
@@ -185,9 +196,18 @@ def run_curve(
                 else:
                     ev = start_run(settings, spec.task, spec.eval_episodes, fold="dev", kind="eval", model=model)
                     r = ev.report()
-                    evaluated = CurvePoint(point, steps, r["successes"], r["episodes"], r["mean_steps"],
-                                           round(r["prompt_tokens_per_call"], 1), round(r["retrieval_ms_per_step"], 2),
-                                           r["decided_by"], r["mean_score"])
+                    evaluated = CurvePoint(
+                        point,
+                        steps,
+                        r["successes"],
+                        r["episodes"],
+                        r["mean_steps"],
+                        round(r["prompt_tokens_per_call"], 1),
+                        round(r["retrieval_ms_per_step"], 2),
+                        r["decided_by"],
+                        r["mean_score"],
+                        seed_outcomes(ev.episodes),
+                    )
                 run.points.append(evaluated)
                 run.seconds += time.monotonic() - t0
                 _save(path, spec, runs)
@@ -196,6 +216,84 @@ def run_curve(
     results = load_results(path)
     write_report(results, out_dir)
     return results
+
+
+def seed_outcomes(episodes: list[Any]) -> dict[str, bool]:
+    """Success of each finished episode, by its seed (as text, a JSON object key)."""
+    return {str(e.seed): bool(e.success) for e in episodes if e.finished}
+
+
+def _paired(a: list[dict], b: list[dict], i: int) -> tuple[list[bool], list[bool]]:
+    """Outcomes of the (repeat, seed) pairs two arms both played at point `i`.
+
+    An arm run once (deterministic, see `deterministic`) stands for every repeat.
+    """
+    out_a: list[bool] = []
+    out_b: list[bool] = []
+    for repeat in sorted({r["repeat"] for r in a} | {r["repeat"] for r in b}):
+        run, other = _of_repeat(a, repeat), _of_repeat(b, repeat)
+        if run is None or other is None or len(run["points"]) <= i or len(other["points"]) <= i:
+            continue
+        mine, theirs = run["points"][i].get("outcomes") or {}, other["points"][i].get("outcomes") or {}
+        for seed in sorted(set(mine) & set(theirs), key=lambda s: (len(s), s)):
+            out_a.append(bool(mine[seed]))
+            out_b.append(bool(theirs[seed]))
+    return out_a, out_b
+
+
+def _of_repeat(runs: list[dict], repeat: int) -> dict | None:
+    for run in runs:
+        if run["repeat"] == repeat:
+            return run
+    return runs[0] if len(runs) == 1 else None
+
+
+def compare_arms(results: dict[str, Any], point: int = -1) -> list[dict[str, Any]]:
+    """Each pair of arms at one evaluation point: Fisher's exact test on the pooled rates and
+    McNemar's exact test on the (repeat, dev seed) pairs both played (two-sided p-values).
+
+    Args:
+        results: as written by `run_curve`.
+        point: index of the evaluation point (default: the last one every arm reached).
+
+    Returns:
+        One row per pair of arms, in the order the arms first appear: `arm_a`, `arm_b`,
+        `train_episodes`, `a` and `b` as [successes, episodes], `fisher_p`, `pairs`,
+        `a_only` and `b_only` (discordant pairs), `mcnemar_p` (None without per-seed outcomes,
+        as in results written before they were recorded).
+    """
+    by_arm: dict[str, list[dict]] = {}
+    for r in results["runs"]:
+        by_arm.setdefault(r["arm"], []).append(r)
+    if not by_arm:
+        return []
+    n_points = min(len(r["points"]) for reps in by_arm.values() for r in reps)
+    if n_points == 0:
+        return []
+    i = point if point >= 0 else n_points + point
+    arms = list(by_arm)
+    rows = []
+    for x, arm_a in enumerate(arms):
+        for arm_b in arms[x + 1 :]:
+            a, b = by_arm[arm_a], by_arm[arm_b]
+            sa, na = sum(r["points"][i]["successes"] for r in a), sum(r["points"][i]["episodes"] for r in a)
+            sb, nb = sum(r["points"][i]["successes"] for r in b), sum(r["points"][i]["episodes"] for r in b)
+            pa, pb = _paired(a, b, i)
+            rows.append(
+                {
+                    "arm_a": arm_a,
+                    "arm_b": arm_b,
+                    "train_episodes": a[0]["points"][i]["train_episodes"],
+                    "a": [sa, na],
+                    "b": [sb, nb],
+                    "fisher_p": fisher_p(sa, na, sb, nb),
+                    "pairs": len(pa),
+                    "a_only": sum(1 for u, v in zip(pa, pb) if u and not v),
+                    "b_only": sum(1 for u, v in zip(pa, pb) if v and not u),
+                    "mcnemar_p": mcnemar_p(pa, pb) if pa else None,
+                }
+            )
+    return rows
 
 
 def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -210,19 +308,21 @@ def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
             pts = [r["points"][i] for r in reps]
             s, n = sum(p["successes"] for p in pts), sum(p["episodes"] for p in pts)
             lo, hi = wilson_interval(s, n)
-            rows.append({
-                "arm": arm,
-                "train_episodes": pts[0]["train_episodes"],
-                "train_steps": sum(p["train_steps"] for p in pts) / len(pts),
-                "success_rate": s / n if n else 0.0,
-                "ci95": [lo, hi],
-                "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
-                "repeats": len(pts),
-                "prompt_tokens_per_call": _mean(p.get("prompt_tokens_per_call") for p in pts),
-                "retrieval_ms_per_step": _mean(p.get("retrieval_ms_per_step") for p in pts),
-                "decided_by": _shares(p.get("decided_by") or {} for p in pts),
-                "mean_score": _mean(p.get("mean_score") for p in pts),
-            })
+            rows.append(
+                {
+                    "arm": arm,
+                    "train_episodes": pts[0]["train_episodes"],
+                    "train_steps": sum(p["train_steps"] for p in pts) / len(pts),
+                    "success_rate": s / n if n else 0.0,
+                    "ci95": [lo, hi],
+                    "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
+                    "repeats": len(pts),
+                    "prompt_tokens_per_call": _mean(p.get("prompt_tokens_per_call") for p in pts),
+                    "retrieval_ms_per_step": _mean(p.get("retrieval_ms_per_step") for p in pts),
+                    "decided_by": _shares(p.get("decided_by") or {} for p in pts),
+                    "mean_score": _mean(p.get("mean_score") for p in pts),
+                }
+            )
     return rows
 
 
@@ -284,6 +384,29 @@ def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
             f"| {r['arm']} | {r['train_episodes']} | {r['train_steps']:.0f} | {r['success_rate']:.1%} | "
             f"{r['ci95'][0]:.1%}-{r['ci95'][1]:.1%} | {per} | {score} | {tokens} | {ms} | {who} |"
         )
+    lines += _comparison_lines(compare_arms(results))
     md = out_dir / "table.md"
     md.write_text("\n".join(lines) + "\n")
     return png, md
+
+
+def _comparison_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"## Tests between arms after {rows[0]['train_episodes']} train episodes (two-sided p-values)",
+        "",
+        "McNemar: exact binomial on the (repeat, dev seed) pairs where the arms disagree; "
+        "Fisher: exact test on the pooled rates.",
+        "",
+        "| arm A | arm B | A | B | paired seeds | A only | B only | McNemar p | Fisher p |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        mcnemar = f"{r['mcnemar_p']:.3g}" if r["mcnemar_p"] is not None else "-"
+        lines.append(
+            f"| {r['arm_a']} | {r['arm_b']} | {r['a'][0]}/{r['a'][1]} | {r['b'][0]}/{r['b'][1]} | {r['pairs']} | "
+            f"{r['a_only']} | {r['b_only']} | {mcnemar} | {r['fisher_p']:.3g} |"
+        )
+    return lines

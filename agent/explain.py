@@ -5,13 +5,13 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from memory.trajectory import Episode, Step
+from crl.memory.trajectory import Episode, MemoryOffer, Step
 
 
 def explain_step(step: Step) -> dict:
     """The explanation of one step as plain data (what `--json` prints)."""
-    memory = step.extra.get("memory") or {}
-    prompt = step.extra.get("prompt") or {}
+    extra = step.extra
+    memory, prompt = extra.memory or MemoryOffer(), extra.prompt
     return {
         "step": step.index,
         "observation": step.observation,
@@ -20,13 +20,21 @@ def explain_step(step: Step) -> dict:
         "valid": step.valid,
         "reward": step.reward,
         "decided_by": step.decided_by,
-        "policy": step.extra.get("policy"),
-        "loop_break": step.extra.get("loop_break"),
-        "prompt": {k: prompt.get(k) for k in ("tokens", "budget", "memory_keys", "dropped", "shortened")} if prompt else None,
-        "memories": memory.get("memories", []),
-        "action_values": memory.get("action_values", {}),
-        "explored": memory.get("explored"),
-        "baseline": memory.get("baseline"),
+        "policy": extra.policy.to_dict() if extra.policy else None,
+        "loop_break": extra.loop_break.to_dict() if extra.loop_break else None,
+        "prompt": {
+            "tokens": prompt.tokens,
+            "budget": prompt.budget,
+            "memory_keys": prompt.memory_keys,
+            "dropped": prompt.dropped,
+            "shortened": prompt.shortened,
+        }
+        if prompt
+        else None,
+        "memories": memory.memories,
+        "action_values": memory.action_values,
+        "explored": memory.explored,
+        "baseline": memory.baseline,
     }
 
 
@@ -39,7 +47,9 @@ def render_explanation(console: Console, episode: Episode, only_step: int | None
         if only_step is not None and step.index != only_step:
             continue
         e = explain_step(step)
-        console.print(f"\n[bold]step {step.index}[/]  {step.observation.strip().splitlines()[-1] if step.observation.strip() else ''}")
+        console.print(
+            f"\n[bold]step {step.index}[/]  {step.observation.strip().splitlines()[-1] if step.observation.strip() else ''}"
+        )
         in_prompt = set((e["prompt"] or {}).get("memory_keys") or [])
         if e["memories"]:
             table = Table(show_header=True, header_style="bold", title="retrieved", title_justify="left")
@@ -48,14 +58,27 @@ def render_explanation(console: Console, episode: Episode, only_step: int | None
             for m in e["memories"]:
                 why = ", ".join(f"{k} {v:+.2f}" for k, v in m.get("breakdown", {}).items() if v)
                 reason = "explore" if m.get("reason") == "explore" else ""
-                table.add_row(m.get("slot", ""), m["id"], f"{m['score']:.3f}", (reason + " " + why).strip(), "yes" if m["id"] in in_prompt else "no")
+                table.add_row(
+                    m.get("slot", ""),
+                    m["id"],
+                    f"{m['score']:.3f}",
+                    (reason + " " + why).strip(),
+                    "yes" if m["id"] in in_prompt else "no",
+                )
             console.print(table)
-        elif step.extra.get("memory") is not None:
+        elif step.extra.memory is not None:
             console.print("  [dim]memory had nothing for this state[/]")
         if e["action_values"]:
-            console.print("  action values: " + "; ".join(
-                f"{v['hint']} (value {v['value']:+.2f}, support {v['support']:.1f})" for v in e["action_values"].values()
-            ))
+            console.print(
+                "  action values: "
+                + "; ".join(
+                    f"{v['hint']} (value {v['value']:+.2f}, support {v['support']:.1f})"
+                    for v in e["action_values"].values()
+                )
+            )
+        posterior = (e["policy"] or {}).get("posterior")
+        if posterior:
+            console.print(posterior_table(posterior))
         if e["prompt"]:
             p = e["prompt"]
             cut = f", dropped {len(p['dropped'])}" if p.get("dropped") else ""
@@ -67,5 +90,35 @@ def render_explanation(console: Console, episode: Episode, only_step: int | None
         if e["loop_break"]:
             reason = f"loop breaker replaced {e['loop_break']['replaced']!r}"
         style = "yellow" if step.valid else "red"
-        console.print(f"  → [{style}]{step.action or '(invalid)'}[/] decided by [bold]{decided}[/]" + (f": {reason}" if reason else "")
-                      + (f"  [green]reward {step.reward:g}[/]" if step.reward else ""))
+        console.print(
+            f"  → [{style}]{step.action or '(invalid)'}[/] decided by [bold]{decided}[/]"
+            + (f": {reason}" if reason else "")
+            + (f"  [green]reward {step.reward:g}[/]" if step.reward else "")
+        )
+
+
+def posterior_table(posterior: dict) -> Table:
+    """Per action: the model's probability, memory's advantage with its support and weight, and
+    the posterior; the chosen action is marked (the posterior policy's step detail)."""
+    title = (f"posterior (beta {posterior['beta']:g}, alpha {posterior['alpha']:g}, "
+             f"support scale {posterior['support_scale']:g})")
+    table = Table(show_header=True, header_style="bold", title=title, title_justify="left")
+    for col in ("action", "model", "memory", "advantage", "support", "lambda", "posterior", ""):
+        table.add_column(col, no_wrap=col == "action")
+    rows = sorted(posterior["actions"].items(), key=lambda kv: -kv[1]["posterior"])
+    for action, v in rows:
+        mem = v.get("memory") or {}
+        marks = [m for m, on in (("chosen", action == posterior["chosen"]),
+                                 ("model's argmax", action == posterior["model_best"]),
+                                 ("tried here", action in posterior.get("avoided", []))) if on]
+        table.add_row(
+            action,
+            f"{v['model']:.3f}",
+            mem.get("hint", ""),
+            f"{mem['advantage']:+.2f}" if mem else "",
+            f"{mem['support']:.1f}" if mem else "",
+            f"{v['lambda']:.2f}",
+            f"{v['posterior']:.3f}",
+            ", ".join(marks),
+        )
+    return table

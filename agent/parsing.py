@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from tasks.actions import normalise_action
+from crl.prompts.feedback import invalid_action_note, no_action_note, unreadable_note
+from crl.tasks.actions import normalise_action
 
 _ACTION_RE = re.compile(r"(?:^|[\s*_#>`\"'(\[])action\s*[*_]*\s*[:：=-]\s*[*_]*", re.IGNORECASE)
 _THOUGHT_RE = re.compile(r"(?:^|[\s*_#>`\"'(\[])thought\s*[*_]*\s*[:：=-]\s*[*_]*", re.IGNORECASE)
@@ -30,7 +31,8 @@ class ParsedReply:
         match: how `action` was found: "exact", "normalised", "contained", "fuzzy", "free"
             (no admissible list to match against), or "none".
         score: similarity of the fuzzy match (1.0 for exact matches).
-        error: why the reply could not be used, phrased as feedback for the model.
+        error: why the reply could not be used, phrased as feedback for the model
+            (`prompts.feedback`).
     """
 
     thought: str
@@ -76,9 +78,7 @@ def split_reply(text: str) -> tuple[str, str]:
     return "", _clean(lines[0]) if lines else ""
 
 
-def match_action(
-    raw_action: str, admissible: list[str], threshold: float = 0.75
-) -> tuple[str | None, str, float]:
+def match_action(raw_action: str, admissible: list[str], threshold: float = 0.75) -> tuple[str | None, str, float]:
     """Map `raw_action` onto one of `admissible`: exact, normalised, contained, then fuzzy.
 
     "contained" takes the admissible action that appears first in the reply (a reply that
@@ -114,9 +114,7 @@ def match_action(
     return None, "none", best_score
 
 
-def parse_reply(
-    text: str, admissible: list[str] | None = None, threshold: float = 0.75
-) -> ParsedReply:
+def parse_reply(text: str, admissible: list[str] | None = None, threshold: float = 0.75) -> ParsedReply:
     """Read a thought and an action from `text`; never raises.
 
     With `admissible` given, the action is mapped onto it (see `match_action`); otherwise
@@ -125,18 +123,19 @@ def parse_reply(
     try:
         thought, raw_action = split_reply(text)
     except Exception as exc:  # a parser bug must cost a step, not the run
-        return ParsedReply("", "", None, "none", error=f"Could not read your reply ({exc}).")
+        return ParsedReply("", "", None, "none", error=unreadable_note(exc))
     if not raw_action:
-        return ParsedReply(
-            thought, "", None, "none",
-            error="No action found. Answer with 'Action: <one action>'.",
-        )
+        return ParsedReply(thought, "", None, "none", error=no_action_note())
     if admissible is None:
         return ParsedReply(thought, raw_action, raw_action, "free", 1.0)
     action, kind, score = match_action(raw_action, admissible, threshold)
     if action is None:
         return ParsedReply(
-            thought, raw_action, None, "none", score,
-            error=f"'{raw_action[:80]}' is not a valid action here. Choose one of the valid actions.",
+            thought,
+            raw_action,
+            None,
+            "none",
+            score,
+            error=invalid_action_note(raw_action),
         )
     return ParsedReply(thought, raw_action, action, kind, score)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-from memory.trajectory import Episode
+from crl.memory.trajectory import Episode
 
 
 class RandomActor:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.config import Settings
-from agent.llm.base import ChatModel
-from agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
-from memory.reflector import Reflector
-from memory.reflector_config import ReflectorConfig
+from crl.agent.config import Settings
+from crl.agent.llm.base import ChatModel
+from crl.agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
+from crl.memory.reflection.reflector import Reflector
+from crl.memory.reflection.config import ReflectorConfig
 
 
 EMBEDDED_PRIME = "ADD: Always"

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from memory.trajectory import Episode
+from crl.memory.trajectory import Episode
 
 
 def render_episode(console: Console, episode: Episode) -> None:
@@ -26,10 +26,10 @@ def render_episode(console: Console, episode: Episode) -> None:
         if step.valid:
             body.append(f"Action: {step.action}", style="bold yellow")
         else:
-            shown = step.action or step.extra.get("raw_action") or step.raw_output.strip()[:80]
+            shown = step.action or step.extra.raw_action or step.raw_output.strip()[:80]
             body.append(f"Invalid: {shown!r}", style="bold red")
         if step.reward:
             body.append(f"  reward {step.reward:g}", style="bold green")
-        if step.extra.get("repeat"):
-            body.append(f"  (repeated x{step.extra['repeat']})", style="magenta")
+        if step.extra.repeat:
+            body.append(f"  (repeated x{step.extra.repeat})", style="magenta")
         console.print(Panel(body, title=f"step {step.index}", title_align="left", expand=True))

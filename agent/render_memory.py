@@ -15,13 +15,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.render import render_episode
-from memory.curation import EvictionCandidate
-from memory.journal import JournalEntry
-from memory.records import AnyRecord, EpisodeRecord, RuleRecord, StepRecord
-from memory.results import HistoryItem, MemoryStats
-from memory.store import Hit
-from memory.trajectory import Episode, Step
+from crl.agent.render import render_episode
+from crl.memory.curation import EvictionCandidate
+from crl.memory.storage.journal import JournalEntry
+from crl.memory.records import AnyRecord, EpisodeRecord, RuleRecord, StepRecord
+from crl.memory.results import HistoryItem, MemoryStats
+from crl.memory.storage.store import Hit
+from crl.memory.trajectory import Episode, Step
 
 OUTCOME_STYLE = {"success": "green", "failure": "red", "unfinished": "yellow"}
 TIER_STYLE = {"golden": "bold yellow", "regular": "", "quarantine": "magenta"}

@@ -3,18 +3,24 @@ as one batch, every step appended to the run's episode log as it happens."""
 
 from __future__ import annotations
 
+import random
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from agent.advisor import MemoryAdvisor
-from agent.random_actor import RandomActor
-from agent.llm.base import ChatModel, Completion, Message
-from memory.retrieval import RetrievalQuery
-from agent.session import EpisodeSession, LoopConfig
-from memory.episode_log import EpisodeLog
-from memory.trajectory import Episode, Step
-from tasks.base import TextEnv
+from crl.agent.advisor import MemoryAdvisor
+from crl.agent.llm.base import ChatModel, Completion, Message
+from crl.agent.posterior import PosteriorPolicy, decide
+from crl.agent.random_actor import RandomActor
+from crl.agent.session import EpisodeSession, LoopConfig
+from crl.memory.retrieval.retriever import RetrievalQuery
+from crl.memory.storage.episode_log import EpisodeLog
+from crl.memory.trajectory import Episode, MemoryOffer, Step
+from crl.tasks.base import TextEnv
+
+if TYPE_CHECKING:
+    from crl.agent.llm.scoring import ActionDistribution
 
 
 class Progress(Protocol):
@@ -52,6 +58,7 @@ class RunnerStats:
     model_calls: int = 0
     model_seconds: float = 0.0
     retrieval_seconds: float = 0.0
+    scored_decisions: int = 0
     wall_seconds: float = 0.0
     episodes: list[Episode] = field(default_factory=list)
 
@@ -67,6 +74,8 @@ class Runner:
         run_id, task, model_name, adapter: copied onto every episode record.
         on_episode_end: called with each finished episode (memory ingestion hooks in here).
         advisor: memory in the loop (retrieval, prompt items, policy, credit); None for none.
+        posterior: act by scoring the listed actions and choosing from the posterior over the
+            model's probabilities and memory's advantages (`agent.posterior`); None generates.
     """
 
     def __init__(
@@ -81,6 +90,7 @@ class Runner:
         adapter: str | None = None,
         on_episode_end: Callable[[Episode], None] | None = None,
         advisor: MemoryAdvisor | RandomActor | None = None,
+        posterior: PosteriorPolicy | None = None,
     ):
         self.model = model
         self.make_env = make_env
@@ -92,6 +102,7 @@ class Runner:
         self.adapter = adapter
         self.on_episode_end = on_episode_end
         self.advisor = advisor
+        self.posterior = posterior
 
     def count_text_tokens(self, text: str) -> int:
         """Tokens of `text` as the model counts them (without chat overhead)."""
@@ -141,18 +152,24 @@ class Runner:
                 packs = self._retrieve([s for _, s in live], stats)
                 listed = [self._actions(s) for _, s in live]
                 asks = [self.advisor is None or self.advisor.wants_model(actions) for actions in listed]
-                batch: list[list[Message]] = [
-                    s.messages(self.advisor.prompt_items(pack) if self.advisor else ())
+                scored = [ask and self.scores(actions) for ask, actions in zip(asks, listed)]
+                prompts = [
+                    s.messages(self.advisor.prompt_items(pack) if self.advisor else ()) if ask else None
                     for (_, s), pack, ask in zip(live, packs, asks)
-                    if ask
                 ]
-                replies = iter(self._generate(batch, stats))
-                for (slot, session), pack, ask, admissible in zip(live, packs, asks, listed):
-                    completion = next(replies) if ask else None
+                to_score = [(p, a) for p, a, sc in zip(prompts, listed, scored) if sc]
+                dists = iter(self._score([p for p, _ in to_score], [a for _, a in to_score], stats))
+                replies = iter(self._generate([p for p, ask, sc in zip(prompts, asks, scored) if ask and not sc], stats))
+                for (slot, session), pack, ask, sc, admissible in zip(live, packs, asks, scored, listed):
                     choose = memory = None
+                    if sc:
+                        completion, choose = self._posterior_step(session, pack, admissible, next(dists))
+                    else:
+                        completion = next(replies) if ask else None
                     if self.advisor is not None:
-                        choose = self.advisor.chooser(pack, admissible, session.tried_here())
-                        memory = pack.to_dict() if pack is not None else None
+                        if choose is None:
+                            choose = self.advisor.chooser(pack, admissible, session.tried_here())
+                        memory = MemoryOffer.from_dict(pack.to_dict()) if pack is not None else None
                     step = session.apply(completion, choose=choose, memory=memory)
                     self._record(session, step, completion, stats)
                     if session.finished:
@@ -183,20 +200,61 @@ class Runner:
         if self.advisor is None:
             return [None] * len(sessions)
         t = time.monotonic()
-        packs = self.advisor.packs([
-            RetrievalQuery(
-                family=s.episode.family,
-                task=s.episode.task,
-                goal=s.observation.goal,
-                observation=s.observation.text,
-                history=s.recent_actions(),
-                admissible=s.observation.admissible_actions,
-                seed=s.episode.seed,
-            )
-            for s in sessions
-        ])
+        packs = self.advisor.packs(
+            [
+                RetrievalQuery(
+                    family=s.episode.family,
+                    task=s.episode.task,
+                    goal=s.observation.goal,
+                    observation=s.observation.text,
+                    history=s.recent_actions(),
+                    admissible=s.observation.admissible_actions,
+                    seed=s.episode.seed,
+                )
+                for s in sessions
+            ]
+        )
         stats.retrieval_seconds += time.monotonic() - t
         return packs
+
+    def scores(self, actions: Sequence[str] | None) -> bool:
+        """Whether this step is decided by scoring the listed actions (the posterior policy,
+        a task that lists its actions, a model that can score them)."""
+        return bool(self.posterior is not None and actions and callable(getattr(self.model, "score_actions", None)))
+
+    def _score(
+        self, batch: list[list[Message]], candidates: list[Sequence[str]], stats: RunnerStats
+    ) -> list[ActionDistribution]:
+        if not batch:
+            return []
+        t = time.monotonic()
+        dists = self.model.score_actions(batch, [list(c) for c in candidates], self.posterior.temperature)
+        stats.model_seconds += time.monotonic() - t
+        stats.scored_decisions += len(batch)
+        if len(dists) != len(batch):
+            raise RuntimeError(f"model scored {len(dists)} prompts for a batch of {len(batch)}")
+        return dists
+
+    def _posterior_step(
+        self, session: EpisodeSession, pack, admissible: Sequence[str], dist: ActionDistribution
+    ) -> tuple[Completion, Callable]:
+        """The model's scored distribution as a reply (its argmax, valid by construction) and the
+        posterior policy that combines it with memory's advantages in this state."""
+        advisor = self.advisor if isinstance(self.advisor, MemoryAdvisor) else None
+        advantages = (
+            advisor.advantages(pack, admissible, session.episode.task, self.posterior.config.same_task) if advisor else {}
+        )
+        prefix = "" if session.reply_prefix else "Action:"
+        completion = Completion(text=f"{prefix} {dist.best}", prompt_tokens=dist.prompt_tokens,
+                                latency_s=dist.latency_s, finish_reason="scored")
+        tried = session.tried_here()
+        rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}")
+
+        def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
+            decision = decide(dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried)
+            return decision.chosen, decision.decided_by, decision.reason, decision.to_dict()
+
+        return completion, choose
 
     def _generate(self, batch: list[list[Message]], stats: RunnerStats) -> list[Completion]:
         if not batch:

@@ -9,10 +9,13 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memory.episode_log import read_episodes
-from memory.trajectory import Episode
+from crl.memory.storage.episode_log import read_episodes
+from crl.memory.trajectory import Episode
+
+if TYPE_CHECKING:
+    from crl.agent.config import Settings
 
 RUN_FILE = "run.json"
 LOG_FILE = "episodes.jsonl"
@@ -20,7 +23,12 @@ LOG_FILE = "episodes.jsonl"
 
 @dataclass
 class RunInfo:
-    """What a run was asked to do; written once at the start, updated at the end."""
+    """What a run was asked to do; written once at the start, updated at the end.
+
+    `prompt_templates` is the hash of the agent's prompt templates the run used
+    (`prompts.render.templates_hash`; None for runs logged before it was recorded), so prompt
+    replay can tell when they changed since.
+    """
 
     run_id: str
     kind: str
@@ -32,6 +40,7 @@ class RunInfo:
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     status: str = "running"
+    prompt_templates: str | None = None
 
 
 @dataclass
@@ -126,3 +135,9 @@ def summarise(episodes: list[Episode]) -> RunSummary:
         steps=sum(len(e.steps) for e in episodes),
         invalid_steps=sum(e.invalid_steps for e in episodes),
     )
+
+
+def run_stores(settings: "Settings") -> list[RunStore]:
+    """Where runs live: training runs (whose experience goes to memory) and evaluations
+    (kept apart, so held-out seeds never leak into memory)."""
+    return [RunStore(settings.runs_dir), RunStore(settings.evals_dir)]

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
-from agent.llm.base import Completion, GenerationConfig, Message
-from agent.parsing import normalise, parse_reply
-from memory.trajectory import Episode, Step
-from prompts.agent_prompt import HistoryItem, MessageCount, PromptReport, assemble_prompt
-from prompts.budget import BudgetItem, TokenCount
-from tasks.base import Observation, TextEnv
+from crl.agent.llm.base import Completion, GenerationConfig, Message
+from crl.agent.parsing import normalise, parse_reply
+from crl.memory.trajectory import Episode, LoopBreak, MemoryOffer, PolicyDecision, Step, StepExtra
+from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, PromptReport, assemble_prompt
+from crl.prompts.budget import BudgetItem, TokenCount
+from crl.prompts.state import PromptHistory
+from crl.tasks.base import Observation, TextEnv
 
 DEFAULT_STOP = ["\n\n", "\nThought:", "\nObservation", "\nGoal:", "\n>"]
 
@@ -63,8 +64,7 @@ class EpisodeSession:
             self.observation = Observation(text="", goal="")
             self._finish("error", f"environment error on reset: {exc!r}")
         self.episode.goal = self.observation.goal
-        self.history: list[HistoryItem] = []
-        self.feedback: str | None = None
+        self.history = PromptHistory(window=config.history_window)
         self.tokens_used = 0
         self._started = time.monotonic()
         self._seen: dict[tuple[str, str], int] = {}
@@ -83,10 +83,9 @@ class EpisodeSession:
                 obs, _, _, info = self.env.step(step.action)
                 self._advance(step.action, obs, step, info)
             else:
-                self.feedback = step.extra.get("feedback")
-                raw_action = step.extra.get("raw_action") or ""
+                raw_action = step.extra.raw_action or ""
                 self._tried.setdefault(self.observation.text, set()).add("invalid: " + normalise(raw_action))
-                self.history.append(HistoryItem(raw_action or "(no action)", self.feedback or ""))
+                self.history.unusable(raw_action, step.extra.feedback)
             self.episode.steps.append(step)
             self.tokens_used += step.prompt_tokens + step.completion_tokens
         if steps:
@@ -95,19 +94,17 @@ class EpisodeSession:
     def messages(self, memory_items: Sequence[BudgetItem] = ()) -> list[Message]:
         """The chat prompt for the next step, fitted into the prompt budget; how it was fitted
         is kept for the step record (`last_prompt`)."""
+        obs = self.observation
         messages, report = assemble_prompt(
-            goal=self.observation.goal,
-            observation=self.observation.text,
-            admissible=self.observation.admissible_actions,
-            history=self.history[-self.config.history_window :] if self.config.history_window else [],
-            feedback=self.feedback,
-            react=self.config.react,
-            reply_prefix=self.reply_prefix,
-            memory_items=memory_items,
-            budget=self.config.max_prompt_tokens,
-            max_observation_tokens=self.config.max_observation_tokens,
-            count_text=self._count,
-            count_messages=self._count_messages,
+            self.history.state(obs.goal, obs.text, obs.admissible_actions),
+            PromptFormat(react=self.config.react, reply_prefix=self.reply_prefix),
+            PromptBudget(
+                tokens=self.config.max_prompt_tokens,
+                max_observation_tokens=self.config.max_observation_tokens,
+                count_text=self._count,
+                count_messages=self._count_messages,
+            ),
+            memory_items,
         )
         mode = self.config.log_prompts
         if mode == "all" or (mode == "memory" and report.memory_keys):
@@ -129,20 +126,22 @@ class EpisodeSession:
 
     def recent_actions(self) -> list[str]:
         """The actions of the history window, oldest first."""
-        return [h.action for h in self.history[-self.config.history_window :]] if self.config.history_window else []
+        return [h.action for h in self.history.recent()]
 
     def apply(
         self,
         completion: Completion | None,
-        choose: Callable[[str | None], tuple[str | None, str, str]] | None = None,
-        memory: dict | None = None,
+        choose: Callable[[str | None], tuple] | None = None,
+        memory: MemoryOffer | None = None,
     ) -> Step:
         """Parse the reply, act on the environment, record the step and check the guards.
 
         Args:
             completion: the model's reply, or None when the policy decided without the model.
             choose: the policy: maps the model's action (None if unusable) to
-                `(action, decided_by, reason)`; without it the model's action is taken.
+                `(action, decided_by, reason)`, optionally followed by the decision's detail
+                (the posterior policy's per-action numbers, logged in `extra.policy.posterior`);
+                without it the model's action is taken.
             memory: what memory offered at this step (logged for `crl explain`).
 
         With the loop breaker on, a model reply already given in this same situation (greedy
@@ -164,33 +163,32 @@ class EpisodeSession:
             prompt_tokens=completion.prompt_tokens,
             completion_tokens=completion.completion_tokens,
             latency_s=completion.latency_s,
-            extra={"match": parsed.match, "raw_action": parsed.raw_action},
+            extra=StepExtra(match=parsed.match, raw_action=parsed.raw_action),
         )
         if asked_model and self.last_prompt is not None:
-            step.extra["prompt"] = self.last_prompt.to_dict()
+            step.extra.prompt = self.last_prompt
             self.used_memory.extend(self.last_prompt.memory_keys)
-        if memory is not None:
-            step.extra["memory"] = memory
+        step.extra.memory = memory
         self.tokens_used += completion.prompt_tokens + completion.completion_tokens
         action = parsed.action
         reply_key = action if action is not None else "invalid: " + normalise(parsed.raw_action)
         if choose is not None:
-            action, step.decided_by, reason = choose(parsed.action)
-            step.extra["policy"] = {"decided_by": step.decided_by, "reason": reason, "model_action": parsed.action}
+            action, step.decided_by, reason, *detail = choose(parsed.action)
+            step.extra.policy = PolicyDecision(step.decided_by, reason, parsed.action,
+                                               posterior=detail[0] if detail else None)
             step.action = action or ""
         tried = self._tried.setdefault(self.observation.text, set())
         if self.config.loop_breaker and step.decided_by == "llm" and reply_key in tried:
             alternative = self._untried_action(tried, step.index)
             if alternative is not None:
-                step.extra["loop_break"] = {"replaced": action or parsed.raw_action}
+                step.extra.loop_break = LoopBreak(replaced=action or parsed.raw_action)
                 step.decided_by = "loop-breaker"
                 step.action = action = alternative
         tried.add(reply_key)
         if action is None:
             step.valid = False
-            self.feedback = parsed.error
-            step.extra["feedback"] = parsed.error
-            self.history.append(HistoryItem(parsed.raw_action or "(no action)", parsed.error or ""))
+            step.extra.feedback = parsed.error
+            self.history.unusable(parsed.raw_action, parsed.error)
         else:
             try:
                 obs, reward, done, info = self.env.step(action)
@@ -220,11 +218,9 @@ class EpisodeSession:
         key = (self.observation.text, action)
         repeats = self._seen.get(key, 0)
         self._seen[key] = repeats + 1
-        self.feedback = None
         if repeats:
-            step.extra["repeat"] = repeats
-            self.feedback = f"You already did '{action}' in this same situation; try something else."
-        self.history.append(HistoryItem(action, obs.text))
+            step.extra.repeat = repeats
+        self.history.acted(action, obs.text, repeated=bool(repeats))
         self.observation = obs
         self.episode.total_return += float(step.reward)
         subgoals = info.get("subgoals")

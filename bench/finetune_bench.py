@@ -40,18 +40,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
-from agent.app import start_run  # noqa: E402
-from agent.config import load_settings  # noqa: E402
-from agent.llm.embedded import EMBEDDED_MODEL_NAME, embedded_model_path  # noqa: E402
-from agent.llm.scripted import ScriptedModel  # noqa: E402
-from finetune.build import build_dataset  # noqa: E402
-from finetune.config import FinetuneConfig  # noqa: E402
-from finetune.tokens import load_tokenizer  # noqa: E402
-from finetune.train import TrainJob, run_training  # noqa: E402
-from memory.bank import ExperienceBank  # noqa: E402
-from memory.embeddings import HashingEmbedding  # noqa: E402
-from tasks.keyroom import solve  # noqa: E402
-from tasks.registry import fold_seeds  # noqa: E402
+from crl.agent.app import start_run  # noqa: E402
+from crl.agent.config import load_settings  # noqa: E402
+from crl.agent.llm.embedded import EMBEDDED_MODEL_NAME, embedded_model_path  # noqa: E402
+from crl.agent.llm.scripted import ScriptedModel  # noqa: E402
+from crl.finetune.build import build_dataset  # noqa: E402
+from crl.finetune.config import FinetuneConfig  # noqa: E402
+from crl.finetune.tokens import load_tokenizer  # noqa: E402
+from crl.finetune.train import TrainJob, run_training  # noqa: E402
+from crl.memory.bank import ExperienceBank  # noqa: E402
+from crl.memory.storage.embeddings import HashingEmbedding  # noqa: E402
+from crl.tasks.keyroom import solve  # noqa: E402
+from crl.tasks.registry import fold_seeds  # noqa: E402
 
 
 def solver_demonstrations(home: Path, task: str, episodes: int, seed_start: int = 0) -> None:
@@ -84,7 +84,7 @@ def sft_dataset(home: Path, examples: int, models_dir: Path, config: FinetuneCon
 
 def _trim(dataset: Path, examples: int, home: Path) -> Path:
     """A copy of the dataset with its first `examples` rows (card hash updated)."""
-    from finetune.dataset_card import CARD_FILE, DATA_FILE, file_sha256, read_card
+    from crl.finetune.dataset_card import CARD_FILE, DATA_FILE, file_sha256, read_card
 
     out = home / "datasets" / f"bench-sft-{examples}"
     if out.exists():
@@ -120,7 +120,7 @@ def heldout_loss(adapter_dir: Path, base: Path, rows: list[dict]) -> float:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from finetune.tokens import load_tokenizer
+    from crl.finetune.tokens import load_tokenizer
 
     tok = load_tokenizer(base)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32), str(adapter_dir))
@@ -139,16 +139,12 @@ def heldout_loss(adapter_dir: Path, base: Path, rows: list[dict]) -> float:
 
 
 def _eval(settings_home: Path, task: str, episodes: int, adapter: Path | None, memory: bool, models_dir: Path) -> dict:
-    from agent.llm.local import LocalChatModel
-    from tasks.evaluation import wilson_interval
+    """Dev-fold success of the embedded model plus `adapter`, with or without memory (the gate's evaluation)."""
+    from crl.agent.finetuning import evaluate_adapter
+    from crl.tasks.evaluation import wilson_interval
 
-    agent = {"parallel": 8} | ({} if memory else {"memory": "off", "policy": "llm"})
-    settings = load_settings({"home": str(settings_home), "agent": agent, "llm": {"dtype": "bf16"}})
-    model = LocalChatModel(embedded_model_path(models_dir), adapter=adapter, dtype="bf16")
-    try:
-        result = start_run(settings, task, episodes, fold="dev", kind="eval", model=model)
-    finally:
-        model.close()
+    settings = load_settings({"home": str(settings_home), "agent": {"parallel": 8}, "llm": {"dtype": "bf16"}})
+    result = evaluate_adapter(settings, task, episodes, adapter, memory, base=str(embedded_model_path(models_dir)))
     s = result.summary
     lo, hi = wilson_interval(s.successes, s.finished)
     return {"success": s.success_rate, "successes": s.successes, "ci95": [round(lo, 3), round(hi, 3)],
@@ -158,8 +154,8 @@ def _eval(settings_home: Path, task: str, episodes: int, adapter: Path | None, m
 def _gate(home: Path, config: FinetuneConfig, adapter_id: str, task: str, scores: dict[Path | None, dict]):
     """The real promotion gate (`finetune.gate.run_gate`), fed the dev evaluations already played
     without memory (the same seeds for every adapter), so the decision costs no extra episodes."""
-    from finetune.gate import TaskScore, run_gate
-    from finetune.registry import AdapterRegistry
+    from crl.finetune.gate import TaskScore, run_gate
+    from crl.finetune.registry import AdapterRegistry
 
     def evaluator(adapter: Path | None, tasks, episodes):
         result = scores[Path(adapter) if adapter else None]
@@ -177,11 +173,11 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     `crl finetune auto` does). Each finished stage is appended to `<workdir>/expert-iteration.jsonl`;
     a rerun with the same workdir reuses the stages already there (a killed stage is played again).
     """
-    from agent.app import open_bank
-    from agent.llm.local import LocalChatModel
+    from crl.agent.app import open_bank
+    from crl.agent.llm.local import LocalChatModel
     from bench.stage_log import StageLog
-    from finetune.registry import AdapterRegistry
-    from finetune.rounds import FinetuneContext, train_and_register
+    from crl.finetune.registry import AdapterRegistry
+    from crl.finetune.rounds import FinetuneContext, train_and_register
 
     home = Path(args.workdir) / ".crl"
     base = embedded_model_path(models_dir)

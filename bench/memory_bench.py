@@ -37,11 +37,11 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from memory.bank import ExperienceBank  # noqa: E402
-from memory.config import MemoryConfig  # noqa: E402
-from memory.embeddings import HashingEmbedding, SentenceTransformerEmbedding  # noqa: E402
-from memory.records import StepRecord, step_record_id  # noqa: E402
-from memory.trajectory import Episode, Step  # noqa: E402
+from crl.memory.bank import ExperienceBank  # noqa: E402
+from crl.memory.config import MemoryConfig  # noqa: E402
+from crl.memory.storage.embeddings import HashingEmbedding, SentenceTransformerEmbedding  # noqa: E402
+from crl.memory.records import StepRecord, step_record_id  # noqa: E402
+from crl.memory.trajectory import Episode, Step  # noqa: E402
 
 FAMILIES = ("keyroom", "gridnav", "textcraft", "webshop")
 DIM = 384
@@ -55,7 +55,7 @@ def percentiles(samples_s: list[float]) -> tuple[float, float]:
 
 def play_keyroom(n: int, seed0: int = 0, max_steps: int = 12) -> list[Episode]:
     """Keyroom episodes played by a policy that follows the solver 70% of the time."""
-    from tasks.keyroom import KeyroomEnv, solve
+    from crl.tasks.keyroom import KeyroomEnv, solve
 
     rng = random.Random(seed0)
     episodes = []

@@ -18,9 +18,9 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from agent.app import start_run  # noqa: E402
-from agent.config import load_settings  # noqa: E402
-from agent.llm.factory import build_chat_model  # noqa: E402
+from crl.agent.app import start_run  # noqa: E402
+from crl.agent.config import load_settings  # noqa: E402
+from crl.agent.llm.factory import build_chat_model  # noqa: E402
 
 
 def main() -> None:

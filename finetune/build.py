@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from finetune.config import FinetuneConfig
-from finetune.dataset_card import DatasetCard, write_dataset
-from finetune.dpo_data import build_dpo
-from finetune.sft_data import BuiltDataset, build_sft
-from finetune.source import EpisodeSource, load_episodes
-from finetune.tokens import TokenizerCounter, measure_rows, training_max_length
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.dataset_card import DatasetCard, write_dataset
+from crl.finetune.dpo_data import build_dpo
+from crl.finetune.sft_data import BuiltDataset, build_sft
+from crl.finetune.source import EpisodeSource, load_episodes
+from crl.finetune.tokens import TokenizerCounter, measure_rows, training_max_length
 
 KINDS = ("sft", "dpo")
 

@@ -26,7 +26,9 @@ class FinetuneConfig(BaseModel):
         "accepted",
         description="Synthetic episodes used: 'accepted' (pinned golden or tagged with `accepted_tag`), 'all' or 'none'.",
     )
-    accepted_tag: str = Field("accepted", description="The tag that marks a synthetic episode as accepted for training.")
+    accepted_tag: str = Field(
+        "accepted", description="The tag that marks a synthetic episode as accepted for training."
+    )
     memory_prompts: Literal["keep", "strip", "skip"] = Field(
         "keep",
         description="Steps whose prompt held retrieved memories: 'keep' trains on the exact prompt the agent saw, "
@@ -97,11 +99,20 @@ class FinetuneConfig(BaseModel):
 
     # ---- promotion gate --------------------------------------------------------------------
     gate_episodes: int = Field(20, ge=1, description="Dev-fold episodes per task when gating an adapter.")
+    gate_rule: Literal["not-worse", "better", "margin"] = Field(
+        "not-worse",
+        description="How the gate decides: not-worse (paired McNemar test on the same dev seeds: refuse only a "
+        "significantly worse candidate), better (promote only a significantly better one), or margin "
+        "(pooled rates: candidate >= current - gate_margin, unpaired). See finetune/gate.py.",
+    )
+    gate_alpha: float = Field(
+        0.05, gt=0, lt=1, description="Significance level of the gate's paired test (rules not-worse and better)."
+    )
     gate_margin: float = Field(
         0.0,
         ge=0,
         le=1,
-        description="A candidate is promoted when its dev success rate >= the current one's minus this margin.",
+        description="Rule margin: a candidate is promoted when its dev success rate >= the current one's minus this.",
     )
     gate_memory: bool = Field(
         False,
@@ -122,5 +133,6 @@ class FinetuneConfig(BaseModel):
     auto_family: str | None = Field(None, description="Task family scheduled rounds train on; unset: all families.")
     auto_interval_s: float = Field(300.0, gt=0, description="Seconds between checks of `crl finetune auto`.")
     auto_after_run: bool = Field(
-        False, description="`crl run` checks the scheduler when it finishes and runs a round if one is due (`--finetune-auto`)."
+        False,
+        description="`crl run` checks the scheduler when it finishes and runs a round if one is due (`--finetune-auto`).",
     )

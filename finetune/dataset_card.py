@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from finetune.sft_data import BuiltDataset
+from crl.finetune.sft_data import BuiltDataset
 
 DATA_FILE = "data.jsonl"
 CARD_FILE = "card.json"

@@ -24,11 +24,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from finetune.config import FinetuneConfig
-from finetune.prompt_replay import PromptCounter, StepPrompt
-from finetune.sft_data import BuiltDataset, episode_prompts, reply_text, step_state_text
-from finetune.source import LoadedEpisodes, SourceEpisode, qualifies_for_sft
-from memory.trajectory import Step
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.prompt_replay import PromptCounter, StepPrompt
+from crl.finetune.sft_data import BuiltDataset, episode_prompts, reply_text, step_state_text
+from crl.finetune.source import LoadedEpisodes, SourceEpisode, qualifies_for_sft
+from crl.memory.trajectory import Step
 
 Embed = Callable[[list[str]], np.ndarray]
 MARKERS = ("Action:", "Thought:")

@@ -3,7 +3,10 @@
 Training must see what inference sees. The prompt is not logged, but it is a deterministic
 function of what is: the goal, the step's observation and admissible actions, the earlier
 steps (history and feedback), and the prompt shape of the run (reply format, history window,
-token budgets). This module calls the same builders as the agent (`prompts.agent_prompt`).
+token budgets). This module advances the same prompt state as the agent
+(`prompts.state.PromptHistory`) and builds the prompt with the same functions
+(`prompts.agent_prompt`). A run records the hash of the templates it used: when the templates
+changed since, the rebuilt prompt is marked not exact and a warning is logged.
 
 Steps whose prompt held retrieved memories log the exact messages (`agent.log_prompts`), so
 they are taken as logged ('keep'), or rebuilt without the memory section ('strip'), or left
@@ -15,19 +18,20 @@ with one, then checked against the logged report.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
-from memory.trajectory import Step
-from prompts.agent_prompt import HistoryItem, assemble_prompt, build_agent_messages
+from crl.memory.trajectory import Step
+from crl.prompts.agent_prompt import PromptBudget, PromptFormat, assemble_prompt, build_agent_messages
+from crl.prompts.render import templates_hash
+from crl.prompts.state import PromptHistory, PromptState
 
 Message = dict[str, str]
-
-# Mirrors agent/session.py (`EpisodeSession._advance`): the note shown after a repeated action.
-# The oracle test in tests/test_finetune_data.py fails if the two drift apart.
-REPEAT_NOTE = "You already did '{action}' in this same situation; try something else."
+log = logging.getLogger(__name__)
 
 
 class PromptCounter(Protocol):
@@ -48,13 +52,20 @@ class PromptShape:
     history_window: int = 4
     max_prompt_tokens: int = 1024
     max_observation_tokens: int = 400
+    templates: str | None = None
+
+    @property
+    def templates_changed(self) -> bool:
+        """Whether the run used other prompt templates than this version's (False when unknown)."""
+        return self.templates is not None and self.templates != templates_hash()
 
     @classmethod
-    def from_run_settings(cls, settings: dict[str, Any]) -> "PromptShape":
+    def from_run_settings(cls, settings: dict[str, Any], templates: str | None = None) -> "PromptShape":
         """The shape recorded in a run's settings snapshot.
 
         `reply_format = auto` means react for every model but the embedded one, which is
-        what an unset `llm.model` selects (see `agent.app.uses_react`).
+        what an unset `llm.model` selects (see `agent.app.uses_react`). `templates` is the
+        run's template hash (`RunInfo.prompt_templates`).
         """
         agent = settings.get("agent", {}) or {}
         llm = settings.get("llm", {}) or {}
@@ -65,6 +76,7 @@ class PromptShape:
             history_window=int(agent.get("history_window", 4)),
             max_prompt_tokens=int(agent.get("max_prompt_tokens", 1024)),
             max_observation_tokens=int(agent.get("max_observation_tokens", 400)),
+            templates=templates,
         )
 
 
@@ -78,15 +90,31 @@ def load_prompt_shape(runs_dir: str | Path | None, run_id: str, steps: Sequence[
 
     Without that file (an imported episode), the shape is guessed from the replies when
     they show the format ('Thought:' first means react) and None is returned otherwise.
+    A run whose prompt templates differ from this version's is named in a warning (once).
     """
     if runs_dir is not None:
         run_file = Path(runs_dir) / run_id / "run.json"
         if run_file.is_file():
-            return PromptShape.from_run_settings(json.loads(_run_settings(str(run_file))).get("settings", {}))
+            info = json.loads(_run_settings(str(run_file)))
+            shape = PromptShape.from_run_settings(info.get("settings", {}), info.get("prompt_templates"))
+            if shape.templates_changed:
+                _warn_templates_changed(run_id, shape.templates)
+            return shape
     replies = [s.raw_output.lstrip() for s in steps if s.raw_output]
     if not replies:
         return None
     return PromptShape(react=replies[0].startswith("Thought:"))
+
+
+@lru_cache(maxsize=256)
+def _warn_templates_changed(run_id: str, templates: str) -> None:
+    log.warning(
+        "run %s used other prompt templates (hash %s, now %s): its rebuilt prompts are not exactly what "
+        "the model saw; they are kept and marked not exact (rebuild the data from a new run to train on exact prompts)",
+        run_id,
+        templates,
+        templates_hash(),
+    )
 
 
 @dataclass
@@ -95,45 +123,37 @@ class StepPrompt:
 
     Attributes:
         messages: system and user messages as the agent sent them.
-        exact: rebuilt exactly as seen (False when memory was stripped or nothing could check it).
+        exact: rebuilt exactly as seen (False when memory was stripped, the templates changed
+            since the run, or nothing could check it).
         note: why it is not exact ("" when it is).
+        templates_changed: rebuilt with other templates than the run used.
     """
 
     messages: list[Message]
     exact: bool = True
     note: str = ""
+    templates_changed: bool = False
 
 
-@dataclass
-class StepInputs:
-    """What the session held when it built the prompt of one step."""
+def prompt_states(goal: str, steps: Sequence[Step], history_window: int) -> list[PromptState]:
+    """The prompt state at each step, advanced from the logged steps as the live loop
+    (`agent.session.EpisodeSession`) advances it while it plays.
 
-    history: list[HistoryItem]
-    feedback: str | None
-
-
-def step_inputs(steps: Sequence[Step]) -> list[StepInputs]:
-    """History and feedback at each step, replayed as `agent.session.EpisodeSession.apply` builds them.
-
-    A parsed action that reached the environment adds `(action, next observation)` to the
-    history; an unparseable reply adds `(raw reply, error)` and the error becomes the next
-    step's note; repeating an action in the same situation makes the next note a warning.
+    A step whose action reached the environment adds `(action, next observation)` to the
+    history (a repeated one makes the next note say so); an unusable reply adds `(raw reply,
+    error)` and the error becomes the next note. States stop at an environment crash.
     """
-    history: list[HistoryItem] = []
-    feedback: str | None = None
-    out: list[StepInputs] = []
+    history = PromptHistory(window=history_window)
+    out: list[PromptState] = []
     for i, step in enumerate(steps):
-        out.append(StepInputs(list(history), feedback))
+        out.append(history.state(goal, step.observation, step.admissible_actions))
         if not step.action:
-            error = step.extra.get("feedback")
-            history.append(HistoryItem(step.extra.get("raw_action") or "(no action)", error or ""))
-            feedback = error
+            history.unusable(step.extra.raw_action or "", step.extra.feedback)
             continue
         if "error" in step.info:  # the environment crashed: the episode ended here
             break
         next_obs = steps[i + 1].observation if i + 1 < len(steps) else ""
-        history.append(HistoryItem(step.action, next_obs))
-        feedback = REPEAT_NOTE.format(action=step.action) if step.extra.get("repeat") else None
+        history.acted(step.action, next_obs, repeated=bool(step.extra.repeat))
     return out
 
 
@@ -160,74 +180,64 @@ def replay_prompts(
         One entry per step: a `StepPrompt`, or a reason string such as 'prompt-has-memory'.
 
     Example:
-        >>> from memory.trajectory import Step
+        >>> from crl.memory.trajectory import Step
         >>> steps = [Step(0, "A hall.", "look", admissible_actions=["look"])]
         >>> replay_prompts("Find the key.", steps, PromptShape())[0].messages[1]["content"].splitlines()[0]
         'Goal: Find the key.'
     """
     out: list[StepPrompt | str] = []
-    for step, inputs in zip(steps, step_inputs(steps)):
-        out.append(_one(goal, step, inputs, shape, counter, memory_prompts, verify_tokens))
+    for step, state in zip(steps, prompt_states(goal, steps, shape.history_window)):
+        out.append(_one(step, state, shape, counter, memory_prompts, verify_tokens))
     out.extend(["environment-error"] * (len(steps) - len(out)))
     return out
 
 
 def _one(
-    goal: str,
     step: Step,
-    inputs: StepInputs,
+    state: PromptState,
     shape: PromptShape,
     counter: PromptCounter | None,
     memory_prompts: str,
     verify_tokens: bool,
 ) -> StepPrompt | str:
-    report = step.extra.get("prompt")
-    has_memory = bool(report and report.get("memory_keys"))
+    report = step.extra.prompt
+    has_memory = bool(report and report.memory_keys)
     if has_memory and memory_prompts == "skip":
         return "prompt-has-memory"
-    logged = isinstance(report, dict) and isinstance(report.get("messages"), list)
-    if logged and (memory_prompts == "keep" or not has_memory):
-        return StepPrompt([dict(m) for m in report["messages"] if m.get("role") != "assistant"])
-    history = inputs.history[-shape.history_window :] if shape.history_window else []
-    shortened = bool(report and (report.get("history_dropped") or report.get("observation_truncated")))
-    note = "memory section stripped" if has_memory else ""
+    if report is not None and report.messages is not None and (memory_prompts == "keep" or not has_memory):
+        return StepPrompt([dict(m) for m in report.messages if m.get("role") != "assistant"])
+    fmt = PromptFormat(react=shape.react)
+    shortened = bool(report and (report.history_dropped or report.observation_truncated))
+    notes = ["memory section stripped"] if has_memory else []
     if not shortened:
-        messages = build_agent_messages(
-            goal, step.observation, step.admissible_actions, history, inputs.feedback, shape.react
-        )
+        messages = build_agent_messages(state, fmt)
     else:
         if counter is None:
             return "needs-token-counter"
-        messages, rebuilt = assemble_prompt(
-            goal=goal,
-            observation=step.observation,
-            admissible=step.admissible_actions,
-            history=history,
-            feedback=inputs.feedback,
-            react=shape.react,
-            reply_prefix="",
-            memory_items=(),
-            budget=shape.max_prompt_tokens,
-            max_observation_tokens=shape.max_observation_tokens,
-            count_text=counter.count_text,
-            count_messages=counter.count_messages,
+        budget = PromptBudget(
+            shape.max_prompt_tokens, shape.max_observation_tokens, counter.count_text, counter.count_messages
         )
+        messages, rebuilt = assemble_prompt(state, fmt, budget)
         if (rebuilt.history_dropped, rebuilt.observation_truncated) != (
-            report.get("history_dropped", 0),
-            bool(report.get("observation_truncated")),
+            report.history_dropped,
+            report.observation_truncated,
         ):
             return "prompt-mismatch"
+    if shape.templates_changed:
+        notes.append("prompt templates changed since the run")
     if report is None:
-        if step.extra.get("policy") and not step.raw_output:
+        if step.extra.policy is not None and not step.raw_output:
             # The memory policy acted without asking the model: this is the prompt it would have seen.
-            return StepPrompt(messages, exact=False, note=f"model not asked (decided by {step.decided_by})")
-        return StepPrompt(messages, exact=False, note="no prompt report logged")
-    if verify_tokens and counter is not None and not has_memory and "tokens" in report:
+            notes.insert(0, f"model not asked (decided by {step.decided_by})")
+        else:
+            notes.insert(0, "no prompt report logged")
+        return StepPrompt(messages, exact=False, note="; ".join(notes), templates_changed=shape.templates_changed)
+    if verify_tokens and counter is not None and not has_memory and report.tokens:
         # The logged count includes the primed reply when the backend continued one.
         primed = messages + [{"role": "assistant", "content": _prefix(shape)}]
-        if report["tokens"] not in (counter.count_messages(primed), counter.count_messages(messages)):
+        if report.tokens not in (counter.count_messages(primed), counter.count_messages(messages)):
             return "prompt-mismatch"
-    return StepPrompt(messages, exact=not has_memory, note=note)
+    return StepPrompt(messages, exact=not notes, note="; ".join(notes), templates_changed=shape.templates_changed)
 
 
 def _prefix(shape: PromptShape) -> str:

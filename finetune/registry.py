@@ -12,6 +12,8 @@ in place, so the history of promotions is an audit trail.
 
 from __future__ import annotations
 
+from crl.finetune.errors import FinetuneError
+
 import os
 import secrets
 import shutil
@@ -22,7 +24,7 @@ from typing import Any
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field
 
-from finetune.dataset_card import DatasetCard, read_card
+from crl.finetune.dataset_card import DatasetCard, read_card
 
 ADAPTERS_DIR = "adapters"
 PROMOTIONS_FILE = "promotions.jsonl"
@@ -33,7 +35,7 @@ ADAPTER_SUBDIR = "adapter"
 EMBEDDED_BASE = "smollm2-135m-instruct"
 
 
-class AdapterNotFoundError(LookupError):
+class AdapterNotFoundError(FinetuneError, LookupError):
     """No adapter with that id in the registry."""
 
 
@@ -73,6 +75,9 @@ class GateRecord(BaseModel):
     current: str | None = Field(description="The adapter it was compared with; None is the base model.")
     current_rate: float
     margin: float
+    rule: str = Field("margin", description="The gate rule that decided: not-worse, better (paired) or margin.")
+    alpha: float | None = Field(None, description="The paired test's significance level.")
+    p_value: float | None = Field(None, description="The paired (McNemar) test's p-value, when one was computed.")
     tasks: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per task and side: successes/episodes.")
 
 
@@ -331,27 +336,3 @@ def promoted_adapter_path(settings_or_home: Any, base_model: str | None) -> Path
         return None
     path = registry.adapter_dir(adapter)
     return path if (path / "adapter_config.json").is_file() else None
-
-
-def serve_args(registry: AdapterRegistry, base_model: str, adapter_ids: list[str] | None = None) -> list[str]:
-    """vLLM arguments serving adapters by name: `--enable-lora --max-lora-rank R --lora-modules NAME=PATH ...`.
-
-    With no ids, the promoted adapter is served. The openai backend selects one by setting
-    `llm.model` to its name (the adapter id).
-    """
-    ids = adapter_ids or [a for a in [registry.promoted(base_model)] if a]
-    if not ids:
-        raise ValueError(f"no adapter is promoted for {base_model}; name the adapters to serve")
-    lineages = [registry.get(i) for i in ids]
-    rank = max(int(l.config.get("lora_rank", 16)) for l in lineages)
-    args = ["--enable-lora", "--max-lora-rank", str(_vllm_rank(rank)), "--lora-modules"]
-    args += [f"{l.id}={registry.adapter_dir(l.id).resolve()}" for l in lineages]
-    return args
-
-
-def _vllm_rank(rank: int) -> int:
-    """vLLM accepts a fixed set of max LoRA ranks; the smallest one that fits."""
-    for allowed in (8, 16, 32, 64, 128, 256, 320, 512):
-        if rank <= allowed:
-            return allowed
-    return rank

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from finetune.build import build_dataset
-from finetune.config import FinetuneConfig
-from finetune.dataset_card import new_dataset_name
-from finetune.distributed import is_main_process, on_main, wait_for_everyone
-from finetune.gate import Evaluator, run_gate
-from finetune.registry import AdapterRegistry, GateRecord, Lineage, new_adapter_id
-from finetune.source import EpisodeSource
-from finetune.tokens import load_tokenizer
-from finetune.train import CHECKPOINTS_DIR, TrainJob, TrainResult, run_training
+from crl.finetune.build import build_dataset
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.dataset_card import new_dataset_name
+from crl.finetune.distributed import is_main_process, on_main, wait_for_everyone
+from crl.finetune.gate import Evaluator, run_gate
+from crl.finetune.registry import AdapterRegistry, GateRecord, Lineage, new_adapter_id
+from crl.finetune.source import EpisodeSource
+from crl.finetune.tokens import load_tokenizer
+from crl.finetune.train import CHECKPOINTS_DIR, TrainJob, TrainResult, run_training
 
 
 @dataclass

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from finetune.rounds import FinetuneContext, gate_adapter, make_dataset, train_and_register
-from finetune.source import EpisodeSource, qualifies_for_sft
+from crl.finetune.rounds import FinetuneContext, gate_adapter, make_dataset, train_and_register
+from crl.finetune.source import EpisodeSource, qualifies_for_sft
 
 ROUNDS_FILE = "rounds.jsonl"
 # Rounds that consumed their episodes; a failed or interrupted round leaves them for the next one.

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from finetune.config import FinetuneConfig
-from finetune.prompt_replay import PromptCounter, PromptShape, StepPrompt, replay_prompts
-from finetune.source import LoadedEpisodes, SourceEpisode
-from memory.records import state_text
-from memory.trajectory import Step
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.prompt_replay import PromptCounter, PromptShape, StepPrompt, replay_prompts
+from crl.finetune.source import LoadedEpisodes, SourceEpisode
+from crl.memory.records import state_text
+from crl.memory.trajectory import Step
 
 Message = dict[str, str]
 Embed = Callable[[list[str]], np.ndarray]
@@ -45,7 +46,7 @@ def reply_text(step: Step, shape: PromptShape, mode: str = "action") -> str:
     """The assistant reply an example teaches for `step` ("" when there is none to teach).
 
     Example:
-        >>> from memory.trajectory import Step
+        >>> from crl.memory.trajectory import Step
         >>> reply_text(Step(0, "A hall.", "take brass key"), PromptShape(react=False))
         'Action: take brass key'
     """
@@ -126,7 +127,7 @@ def build_sft(
     candidates: list[dict[str, Any]] = []
     states: list[str] = []
     exact: list[bool] = []
-    stripped = not_asked = 0
+    stripped = not_asked = templates_changed = 0
     for episode in loaded.episodes:
         prompts = episode_prompts(episode, config, counter)
         for step, prompt in zip(episode.steps, prompts):
@@ -143,8 +144,9 @@ def build_sft(
             if not reply:
                 dropped["empty-reply"] += 1
                 continue
-            stripped += prompt.note == "memory section stripped"
+            stripped += "memory section stripped" in prompt.note
             not_asked += prompt.note.startswith("model not asked")
+            templates_changed += prompt.templates_changed
             exact.append(prompt.exact)
             candidates.append(
                 {
@@ -169,6 +171,7 @@ def build_sft(
             "exact_prompts": sum(1 for i in keep if exact[i]),
             "memory_stripped": stripped,
             "decided_without_model": not_asked,
+            "templates_changed": templates_changed,
             "by_task": dict(Counter(r["task"] for r in rows)),
         },
     )

@@ -14,10 +14,10 @@ from typing import Any, Iterable, Protocol
 
 import numpy as np
 
-from finetune.config import FinetuneConfig
-from finetune.prompt_replay import PromptShape, load_prompt_shape
-from memory.records import EpisodeRecord, step_record_id
-from memory.trajectory import Step
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.prompt_replay import PromptShape, load_prompt_shape
+from crl.memory.records import EpisodeRecord, step_record_id
+from crl.memory.trajectory import Step
 
 
 class EpisodeSource(Protocol):
@@ -123,7 +123,7 @@ def load_episodes(
 
 
 def _quarantined_steps(bank: EpisodeSource, family: str | None) -> dict[str, set[int]]:
-    from memory.records import episode_of_step
+    from crl.memory.records import episode_of_step
 
     out: dict[str, set[int]] = {}
     for step in bank.ls(kind="step", family=family, tier="quarantine"):

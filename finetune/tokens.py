@@ -10,6 +10,8 @@ Lengths are measured on the way, so the maximum length can be chosen on purpose.
 
 from __future__ import annotations
 
+from crl.finetune.errors import FinetuneError
+
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ Message = dict[str, str]
 REPLY_MARKERS = ("Thought:", "Action:")
 
 
-class TokenizationError(ValueError):
+class TokenizationError(FinetuneError, ValueError):
     """An example would train on something other than what the agent sees, or on nothing."""
 
 

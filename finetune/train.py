@@ -22,6 +22,8 @@ the bare base model trains a fresh adapter with the reference = adapter disabled
 
 from __future__ import annotations
 
+from crl.finetune.errors import FinetuneError
+
 import json
 import math
 import os
@@ -30,9 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from finetune.config import FinetuneConfig
-from finetune.dataset_card import load_rows, read_card
-from finetune.guards import StopAfterSteps, TrainingGuard
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.dataset_card import load_rows, read_card
 
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.json"
@@ -40,7 +41,7 @@ ADAPTER_DIR = "adapter"
 CHECKPOINTS_DIR = "checkpoints"
 
 
-class EmptyLossMaskError(ValueError):
+class EmptyLossMaskError(FinetuneError, ValueError):
     """An example would contribute nothing to the loss (all labels masked)."""
 
 
@@ -149,7 +150,7 @@ def logging_interval(cfg: FinetuneConfig, steps: int) -> int:
 def _common_args(
     cfg: FinetuneConfig, work_dir: Path, device: str, max_length: int, progress: bool, examples: int
 ) -> dict[str, Any]:
-    from finetune.distributed import num_processes
+    from crl.finetune.distributed import num_processes
 
     on_cpu = device == "cpu"
     steps = planned_steps(cfg, examples, num_processes())
@@ -232,7 +233,8 @@ def build_trainer(job: TrainJob, work_dir: Path, progress: bool = True, callback
     """The TRL trainer for `job` (dataset loaded and checked); not yet trained."""
     from transformers import set_seed
 
-    from finetune.tokens import load_tokenizer
+    from crl.finetune.guards import TrainingGuard
+    from crl.finetune.tokens import load_tokenizer
 
     cfg = job.finetune
     device = resolve_device(cfg.device)
@@ -307,7 +309,8 @@ def run_training(
     """
     from transformers.trainer_utils import get_last_checkpoint
 
-    from finetune.distributed import is_main_process
+    from crl.finetune.distributed import is_main_process
+    from crl.finetune.guards import StopAfterSteps
 
     work_dir = Path(work_dir)
     checkpoints = work_dir / CHECKPOINTS_DIR

@@ -30,19 +30,19 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from memory import tags as tagging
-from memory.apply import ContentSource, Materializer, MissingContentError
-from memory.bank_curation import CurationMixin, as_list
-from memory.config import MemoryConfig
-from memory.embeddings import SentenceTransformerEmbedding, TextEmbedder
-from memory.episode_log import read_episodes
-from memory.ingest import compute_tags, episode_text, step_texts
-from memory.journal import Journal, JournalEntry
-from memory.journal_state import JournalState
-from memory.keeper import ViewKeeper
-from memory.locks import StoreLock
-from memory.records import KINDS, SCHEMA_VERSION, AnyRecord, EpisodeRecord, StepRecord, episode_record_id, parse_record_id
-from memory.results import (
+from crl.memory import tags as tagging
+from crl.memory.storage.apply import ContentSource, Materializer, MissingContentError
+from crl.memory.bank_curation import CurationMixin, as_list
+from crl.memory.config import MemoryConfig
+from crl.memory.storage.embeddings import SentenceTransformerEmbedding, TextEmbedder
+from crl.memory.storage.episode_log import read_episodes
+from crl.memory.ingest import compute_tags, episode_text, step_texts
+from crl.memory.storage.journal import Journal, JournalEntry
+from crl.memory.storage.journal_state import JournalState
+from crl.memory.storage.keeper import ViewKeeper
+from crl.memory.storage.locks import StoreLock
+from crl.memory.records import KINDS, SCHEMA_VERSION, AnyRecord, EpisodeRecord, StepRecord, episode_record_id, parse_record_id
+from crl.memory.results import (
     HistoryItem,
     IngestError,
     IngestResult,
@@ -50,8 +50,8 @@ from memory.results import (
     RecordNotFoundError,
     SyncReport,
 )
-from memory.store import BUCKETS, ChromaView, Hit, connect
-from memory.trajectory import Episode
+from crl.memory.storage.store import BUCKETS, ChromaView, Hit, connect
+from crl.memory.trajectory import Episode
 
 OUTCOME_BUCKETS = {None: ("ok", "fail"), "success": ("ok",), "failure": ("fail",)}
 SORTS = ("recency", "value", "use", "utility", "last_used")

@@ -16,8 +16,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from memory.curation import EvictionCandidate, plan_eviction
-from memory.records import (
+from crl.memory.curation import EvictionCandidate, plan_eviction
+from crl.memory.records import (
     KINDS,
     RULE_SCOPE_ALL,
     AnyRecord,
@@ -28,9 +28,9 @@ from memory.records import (
     parse_record_id,
     rule_record_id,
 )
-from memory.results import ImportReport, RebuildReport, parse_time
-from memory.store import BUCKETS, Hit
-from memory.transfer import read_import, write_export
+from crl.memory.results import ImportReport, RebuildReport, parse_time
+from crl.memory.storage.store import BUCKETS, Hit
+from crl.memory.storage.transfer import read_import, write_export
 
 
 def _rule_trace(delta: float, provenance: Sequence[str], reflection: str | None) -> dict:

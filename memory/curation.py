@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory.config import EvictionWeights
-from memory.records import EpisodeRecord
+from crl.memory.config import EvictionWeights
+from crl.memory.records import EpisodeRecord
 
 SECONDS_PER_DAY = 86_400.0
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory import tags
-from memory.config import ValueWeights
-from memory.records import EpisodeRecord, StepRecord, episode_record_id, state_text, step_record_id
-from memory.trajectory import Episode
+from crl.memory import tags
+from crl.memory.config import ValueWeights
+from crl.memory.records import EpisodeRecord, StepRecord, episode_record_id, state_text, step_record_id
+from crl.memory.trajectory import Episode
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from memory.trajectory import Step
+from crl.memory.trajectory import Step
 
 SCHEMA_VERSION = 1
 

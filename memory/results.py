@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from crl.memory.errors import BankError
+
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from memory.journal import JournalEntry
+from crl.memory.storage.journal import JournalEntry
 
 
-class RecordNotFoundError(LookupError):
+class RecordNotFoundError(BankError, LookupError):
     """No record has that id (or id prefix)."""
 
 
-class IngestError(RuntimeError):
+class IngestError(BankError, RuntimeError):
     """A queued episode could not be written to the bank (raised by `flush` and `close`)."""
 
 

@@ -39,8 +39,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from memory.config import ValueWeights
-from memory.trajectory import Episode, Step
+from crl.memory.config import ValueWeights
+from crl.memory.trajectory import Episode, Step
 
 
 def outcome_of(episode: Episode) -> str:

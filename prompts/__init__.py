@@ -1,1 +1,2 @@
-"""Prompt templates (Jinja2 files) and token-budgeted prompt assembly."""
+"""Every string the model sees: Jinja templates (`templates/`), the prompt state that both the
+live loop and prompt replay advance (`state`), and token-budgeted prompt assembly."""

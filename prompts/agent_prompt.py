@@ -2,42 +2,58 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from prompts.budget import BudgetItem, TokenCount, allocate, truncate_middle
-from prompts.render import render
+from crl.prompts.budget import BudgetItem, TokenCount, allocate, truncate_middle
+from crl.prompts.render import render
+from crl.prompts.report import PromptReport
+from crl.prompts.state import HistoryItem, PromptState
 
 MessageCount = Callable[[list[dict[str, str]]], int]
 
+__all__ = [
+    "HistoryItem",
+    "MessageCount",
+    "PromptBudget",
+    "PromptFormat",
+    "PromptReport",
+    "PromptState",
+    "assemble_prompt",
+    "build_agent_messages",
+    "render_memory",
+]
 
-@dataclass
-class HistoryItem:
-    """A past step as the prompt shows it: the action and the feedback it got."""
 
-    action: str
-    feedback: str
+@dataclass(frozen=True)
+class PromptFormat:
+    """The reply format the prompt asks for.
+
+    Attributes:
+        react: ask for `Thought:` then `Action:` (True) or for `Action:` alone.
+        reply_prefix: when non-empty, a trailing assistant message that the local backend
+            continues, priming the reply format.
+    """
+
+    react: bool = True
+    reply_prefix: str = ""
 
 
-@dataclass
-class PromptReport:
-    """How a prompt was fitted: its size, and what was cut to make it fit."""
+@dataclass(frozen=True)
+class PromptBudget:
+    """The token budget of a step prompt, counted as the model counts.
+
+    Attributes:
+        tokens: the most the whole prompt may take (`agent.max_prompt_tokens`).
+        max_observation_tokens: the most the observation may take.
+        count_text: tokens of a text on its own.
+        count_messages: tokens of a list of chat messages.
+    """
 
     tokens: int
-    budget: int
-    memory_keys: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    shortened: list[str] = field(default_factory=list)
-    observation_truncated: bool = False
-    history_dropped: int = 0
-    messages: list[dict[str, str]] | None = None
-
-    def to_dict(self) -> dict:
-        """The report as logged with the step (`messages` only when the agent chose to log them)."""
-        out = self.__dict__.copy()
-        if out["messages"] is None:
-            del out["messages"]
-        return out
+    max_observation_tokens: int
+    count_text: TokenCount
+    count_messages: MessageCount
 
 
 def render_memory(items: Sequence[BudgetItem]) -> str:
@@ -50,96 +66,80 @@ def render_memory(items: Sequence[BudgetItem]) -> str:
     )
 
 
-def build_agent_messages(
-    goal: str,
-    observation: str,
-    admissible: Sequence[str] | None,
-    history: Sequence[HistoryItem] = (),
-    feedback: str | None = None,
-    react: bool = True,
-    reply_prefix: str = "",
-    memory: str = "",
-) -> list[dict[str, str]]:
-    """The messages for one agent step.
+def build_agent_messages(state: PromptState, fmt: PromptFormat, memory: str = "") -> list[dict[str, str]]:
+    """The messages for one agent step, with nothing cut.
 
     Args:
-        react: ask for `Thought:` then `Action:` (True) or for `Action:` alone.
-        reply_prefix: when non-empty, a trailing assistant message that the local backend
-            continues, priming the reply format.
+        state: what the prompt shows (`PromptHistory.state`).
+        fmt: the reply format.
         memory: the rendered memory section (`render_memory`), or "".
     """
     messages = [
-        {"role": "system", "content": render("system.j2", react=react)},
+        {"role": "system", "content": render("system.j2", react=fmt.react)},
         {
             "role": "user",
             "content": render(
                 "step.j2",
-                goal=goal,
+                goal=state.goal,
                 memory=memory,
-                observation=observation,
-                admissible=list(admissible or []),
-                history=list(history),
-                feedback=feedback,
+                observation=state.observation,
+                admissible=list(state.admissible or []),
+                history=list(state.history),
+                feedback=state.feedback,
             ),
         },
     ]
-    if reply_prefix:
-        messages.append({"role": "assistant", "content": reply_prefix})
+    if fmt.reply_prefix:
+        messages.append({"role": "assistant", "content": fmt.reply_prefix})
     return messages
 
 
 def assemble_prompt(
-    goal: str,
-    observation: str,
-    admissible: Sequence[str] | None,
-    history: Sequence[HistoryItem],
-    feedback: str | None,
-    react: bool,
-    reply_prefix: str,
-    memory_items: Sequence[BudgetItem],
-    budget: int,
-    max_observation_tokens: int,
-    count_text: TokenCount,
-    count_messages: MessageCount,
+    state: PromptState,
+    fmt: PromptFormat,
+    budget: PromptBudget,
+    memory_items: Sequence[BudgetItem] = (),
 ) -> tuple[list[dict[str, str]], PromptReport]:
-    """Build the step prompt so that it never exceeds `budget` tokens.
+    """Build the step prompt so that it never exceeds `budget.tokens`.
 
-    Order of sacrifice: the observation is first capped at `max_observation_tokens`; if the
-    prompt without memory is still too long, the oldest history goes, then the observation
+    Order of sacrifice: the observation is first capped at `budget.max_observation_tokens`; if
+    the prompt without memory is still too long, the oldest history goes, then the observation
     is cut further; memory items then fill what is left, best-ranked first (see
     `prompts.budget.allocate`), and the lowest-ranked are dropped until the whole fits.
     """
-    history = list(history)
-    obs = truncate_middle(observation, max_observation_tokens, count_text)
-    report = PromptReport(tokens=0, budget=budget, observation_truncated=obs != observation)
+    count_text, count_messages, limit = budget.count_text, budget.count_messages, budget.tokens
+    history = list(state.history)
+    obs = truncate_middle(state.observation, budget.max_observation_tokens, count_text)
+    report = PromptReport(tokens=0, budget=limit, observation_truncated=obs != state.observation)
 
     def build(memory: str = "") -> list[dict[str, str]]:
-        return build_agent_messages(goal, obs, admissible, history, feedback, react, reply_prefix, memory)
+        shown = PromptState(state.goal, obs, state.admissible, history, state.feedback)
+        return build_agent_messages(shown, fmt, memory)
 
     base = count_messages(build())
-    while base > budget and history:
+    while base > limit and history:
         history.pop(0)
         report.history_dropped += 1
         base = count_messages(build())
-    if base > budget:
-        obs = truncate_middle(obs, max(count_text(obs) - (base - budget) - 4, 0), count_text)
+    if base > limit:
+        obs = truncate_middle(obs, max(count_text(obs) - (base - limit) - 4, 0), count_text)
         report.observation_truncated = True
         base = count_messages(build())
-    if base > budget:
+    if base > limit:
         raise ValueError(
             f"the prompt needs {base} tokens without the observation's detail; raise "
-            f"agent.max_prompt_tokens (now {budget})"
+            f"agent.max_prompt_tokens (now {limit})"
         )
     items = list(memory_items)
     if not items:
         report.tokens = base
         return build(), report
-    alloc = allocate(items, budget - base, count_text)
+    alloc = allocate(items, limit - base, count_text)
     kept = alloc.kept
     report.dropped, report.shortened = list(alloc.dropped), list(alloc.shortened)
     messages = build(render_memory(kept))
     total = count_messages(messages)
-    while total > budget and kept:
+    while total > limit and kept:
         worst = min(kept, key=lambda it: it.rank)
         kept = [it for it in kept if it is not worst]
         report.dropped.append(worst.key)

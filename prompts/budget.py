@@ -3,8 +3,8 @@ that fit, shortening or dropping the lowest-ranked first."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 TokenCount = Callable[[str], int]
 

@@ -1,13 +1,16 @@
 """Text environments behind one interface (`TextEnv`), named `family/variant`."""
 
-from tasks.base import Observation, StepOutcome, TextEnv
-from tasks.registry import TaskSpec, get_task, list_tasks, make_env, fold_seeds
+from crl.tasks.base import Observation, StepOutcome, TextEnv
+from crl.tasks.base import SeedFolds, TaskSpec
+from crl.tasks.registry import fold_seeds, get_task, list_tasks, make_env, register
 
 __all__ = [
     "Observation",
     "StepOutcome",
     "TextEnv",
     "TaskSpec",
+    "SeedFolds",
+    "register",
     "get_task",
     "list_tasks",
     "make_env",

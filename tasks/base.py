@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
+
+
+class TaskError(Exception):
+    """A task could not be built or played; the message says why and what to do."""
 
 
 @dataclass
@@ -54,3 +58,44 @@ class TextEnv(Protocol):
     def step(self, action: str) -> StepOutcome: ...
 
     def close(self) -> None: ...
+
+
+FOLDS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class SeedFolds:
+    """Disjoint seed ranges: `train` for collecting experience, `dev` for gating, `test` for reports."""
+
+    train: range = range(0, 100_000)
+    dev: range = range(100_000, 101_000)
+    test: range = range(200_000, 201_000)
+
+    def get(self, fold: str) -> range:
+        if fold not in FOLDS:
+            raise ValueError(f"unknown fold {fold!r}; choose one of {', '.join(FOLDS)}")
+        return getattr(self, fold)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A named task: `family/variant`, a factory, its folds and a one-line description.
+
+    `uses_cache_dir`: the factory takes `cache_dir=` (where generated games are kept); the
+    agent passes `<home>/games`.
+    """
+
+    name: str
+    factory: Callable[..., "TextEnv"]
+    description: str
+    folds: SeedFolds = field(default_factory=SeedFolds)
+    max_steps: int = 20
+    uses_cache_dir: bool = False
+
+    @property
+    def family(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    @property
+    def variant(self) -> str:
+        return self.name.split("/", 1)[1]

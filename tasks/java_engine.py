@@ -12,6 +12,8 @@ tasks import them only when an env is built (`import_suite`).
 
 from __future__ import annotations
 
+from crl.tasks.base import TaskError
+
 import importlib
 import re
 import subprocess
@@ -27,7 +29,7 @@ DIRECTIONS = frozenset({"north", "south", "east", "west", "up", "down"})
 MOVE_VERBS = frozenset({"go", "move", "walk", "run", "head"})
 
 
-class EngineError(RuntimeError):
+class EngineError(TaskError, RuntimeError):
     """A game engine crashed or stopped answering during `reset` or `step`.
 
     The env has already tried to restart its engine (see the message); the episode in progress

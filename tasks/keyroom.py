@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from tasks.base import Observation, StepOutcome
-from tasks.keyroom_world import (
+from crl.tasks.base import Observation, StepOutcome
+from crl.tasks.keyroom_world import (
     DIRECTIONS,
     INVENTORY,
     KEY,
@@ -34,7 +34,7 @@ from tasks.keyroom_world import (
     describe,
     generate_world,
 )
-from tasks.registry import TaskSpec, register
+from crl.tasks.base import TaskSpec
 
 FAMILY = "keyroom"
 
@@ -272,12 +272,12 @@ def solve(env_or_seed: KeyroomEnv | int, variant: str | None = None, **knobs: An
     return shortest_plan(env.world, env.state, env.variant)
 
 
-for _variant in VARIANTS.values():
-    register(
-        TaskSpec(
-            name=f"{FAMILY}/{_variant.name}",
-            factory=partial(KeyroomEnv, _variant.name),
-            description=_variant.description,
-            max_steps=_variant.max_steps,
-        )
+SPECS: tuple[TaskSpec, ...] = tuple(
+    TaskSpec(
+        name=f"{FAMILY}/{_variant.name}",
+        factory=partial(KeyroomEnv, _variant.name),
+        description=_variant.description,
+        max_steps=_variant.max_steps,
     )
+    for _variant in VARIANTS.values()
+)

@@ -2,53 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
-from tasks.base import TextEnv
-
-FOLDS = ("train", "dev", "test")
-
-
-@dataclass(frozen=True)
-class SeedFolds:
-    """Disjoint seed ranges: `train` for collecting experience, `dev` for gating, `test` for reports."""
-
-    train: range = range(0, 100_000)
-    dev: range = range(100_000, 101_000)
-    test: range = range(200_000, 201_000)
-
-    def get(self, fold: str) -> range:
-        if fold not in FOLDS:
-            raise ValueError(f"unknown fold {fold!r}; choose one of {', '.join(FOLDS)}")
-        return getattr(self, fold)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """A named task: `family/variant`, a factory, its folds and a one-line description.
-
-    `uses_cache_dir`: the factory takes `cache_dir=` (where generated games are kept); the
-    agent passes `<home>/games`.
-    """
-
-    name: str
-    factory: Callable[..., TextEnv]
-    description: str
-    folds: SeedFolds = field(default_factory=SeedFolds)
-    max_steps: int = 20
-    uses_cache_dir: bool = False
-
-    @property
-    def family(self) -> str:
-        return self.name.split("/", 1)[0]
-
-    @property
-    def variant(self) -> str:
-        return self.name.split("/", 1)[1]
-
+from crl.tasks.base import FOLDS, SeedFolds, TaskSpec, TextEnv
 
 _TASKS: dict[str, TaskSpec] = {}
+_builtin_loaded = False
 
 
 def register(spec: TaskSpec) -> TaskSpec:
@@ -57,11 +14,20 @@ def register(spec: TaskSpec) -> TaskSpec:
     return spec
 
 
+BUILTIN_SUITES = ("keyroom", "twx", "sciworld", "textworld_games")
+
+
 def _load_builtin() -> None:
-    import tasks.keyroom  # noqa: F401  (registers keyroom/*)
-    import tasks.twx  # noqa: F401  (twx/*; imports textworld-express only when an env is built)
-    import tasks.sciworld  # noqa: F401  (sciworld/*; imports scienceworld only when an env is built)
-    import tasks.textworld_games  # noqa: F401  (tw/*; imports textworld only when an env is built)
+    """Collect the built-in suites' `SPECS` (once; a user's `register()` wins over a built-in name)."""
+    global _builtin_loaded
+    if _builtin_loaded:
+        return
+    import importlib
+
+    for suite in BUILTIN_SUITES:
+        for spec in importlib.import_module(f"crl.tasks.{suite}").SPECS:
+            _TASKS.setdefault(spec.name, spec)
+    _builtin_loaded = True
 
 
 def list_tasks() -> list[TaskSpec]:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from tasks.base import Observation, StepOutcome
-from tasks.java_engine import (
+from crl.tasks.base import Observation, StepOutcome
+from crl.tasks.java_engine import (
     EngineError,
     JavaEngine,
     import_suite,
@@ -40,7 +40,7 @@ from tasks.java_engine import (
     normalise_action,
     without_articles,
 )
-from tasks.registry import SeedFolds, TaskSpec, register
+from crl.tasks.base import SeedFolds, TaskSpec
 
 FAMILY = "sciworld"
 STEP_LIMIT = 1_000_000  # the engine wrapper's own limit; the runner enforces the real one
@@ -325,13 +325,13 @@ def _task(task: str) -> Task:
     return TASKS[name]
 
 
-for _t in TASKS.values():
-    register(
-        TaskSpec(
-            name=f"{FAMILY}/{_t.name}",
-            factory=partial(SciWorldEnv, _t.name),
-            description=f"ScienceWorld {_t.topic}: {_t.title}.",
-            folds=_t.folds,
-            max_steps=_t.max_steps,
-        )
+SPECS: tuple[TaskSpec, ...] = tuple(
+    TaskSpec(
+        name=f"{FAMILY}/{_t.name}",
+        factory=partial(SciWorldEnv, _t.name),
+        description=f"ScienceWorld {_t.topic}: {_t.title}.",
+        folds=_t.folds,
+        max_steps=_t.max_steps,
     )
+    for _t in TASKS.values()
+)

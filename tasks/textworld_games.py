@@ -32,9 +32,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tasks.base import Observation, StepOutcome
-from tasks.java_engine import EngineError, import_suite, invalid_feedback, match_action
-from tasks.registry import SeedFolds, TaskSpec, register
+from crl.tasks.base import Observation, StepOutcome
+from crl.tasks.java_engine import EngineError, import_suite, invalid_feedback, match_action
+from crl.tasks.base import SeedFolds, TaskSpec
 
 FAMILY = "tw"
 FOLDS = SeedFolds()
@@ -328,14 +328,14 @@ def _setting(name: str, default: int | str, value: int | str) -> int | str:
     return typed
 
 
-for _kind_spec in KINDS.values():
-    register(
-        TaskSpec(
-            name=f"{FAMILY}/{_kind_spec.name}",
-            factory=partial(TextWorldEnv, _kind_spec.name),
-            description=f"TextWorld: {_kind_spec.description}",
-            folds=FOLDS,
-            max_steps=_kind_spec.max_steps,
-            uses_cache_dir=True,
-        )
+SPECS: tuple[TaskSpec, ...] = tuple(
+    TaskSpec(
+        name=f"{FAMILY}/{_kind_spec.name}",
+        factory=partial(TextWorldEnv, _kind_spec.name),
+        description=f"TextWorld: {_kind_spec.description}",
+        folds=FOLDS,
+        max_steps=_kind_spec.max_steps,
+        uses_cache_dir=True,
     )
+    for _kind_spec in KINDS.values()
+)

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from tasks.base import Observation, StepOutcome
-from tasks.java_engine import EngineError, JavaEngine, import_suite, invalid_feedback, match_action, shutdown_java
-from tasks.registry import SeedFolds, TaskSpec, register
+from crl.tasks.base import Observation, StepOutcome
+from crl.tasks.java_engine import EngineError, JavaEngine, import_suite, invalid_feedback, match_action, shutdown_java
+from crl.tasks.base import SeedFolds, TaskSpec
 
 FAMILY = "twx"
 FOLDS = SeedFolds(train=range(0, 1000), dev=range(10_000, 11_000), test=range(20_000, 21_000))
@@ -234,13 +234,13 @@ def _as_int(knob: str, value: int | str) -> int:
         raise ValueError(f"{knob} must be an integer, got {value!r}") from None
 
 
-for _game_spec in GAMES.values():
-    register(
-        TaskSpec(
-            name=f"{FAMILY}/{_game_spec.name}",
-            factory=partial(TwxEnv, _game_spec.name),
-            description=f"TextWorldExpress: {_game_spec.description}",
-            folds=FOLDS,
-            max_steps=_game_spec.max_steps,
-        )
+SPECS: tuple[TaskSpec, ...] = tuple(
+    TaskSpec(
+        name=f"{FAMILY}/{_game_spec.name}",
+        factory=partial(TwxEnv, _game_spec.name),
+        description=f"TextWorldExpress: {_game_spec.description}",
+        folds=FOLDS,
+        max_steps=_game_spec.max_steps,
     )
+    for _game_spec in GAMES.values()
+)

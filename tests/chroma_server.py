@@ -23,11 +23,11 @@ from typing import Callable
 
 import pytest
 
-from memory.bank import ExperienceBank
-from memory.config import MemoryConfig
-from memory.embeddings import HashingEmbedding
-from memory.episode_log import EpisodeLog
-from memory.trajectory import Episode, Step
+from crl.memory.bank import ExperienceBank
+from crl.memory.config import MemoryConfig
+from crl.memory.storage.embeddings import HashingEmbedding
+from crl.memory.storage.episode_log import EpisodeLog
+from crl.memory.trajectory import Episode, Step
 
 ROOMS = ("hall", "kitchen", "cellar", "attic", "library", "garden", "tower", "vault")
 

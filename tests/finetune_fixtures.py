@@ -12,16 +12,16 @@ import json
 import shutil
 from pathlib import Path
 
-from agent.app import start_run
-from agent.config import load_settings
-from agent.llm.scripted import ScriptedModel
-from finetune.dataset_card import write_dataset
-from finetune.registry import AdapterRegistry
-from finetune.sft_data import BuiltDataset
-from memory.bank import ExperienceBank
-from memory.embeddings import HashingEmbedding
-from tasks.keyroom import solve
-from tasks.registry import fold_seeds
+from crl.agent.app import start_run
+from crl.agent.config import load_settings
+from crl.agent.llm.scripted import ScriptedModel
+from crl.finetune.dataset_card import write_dataset
+from crl.finetune.registry import AdapterRegistry
+from crl.finetune.sft_data import BuiltDataset
+from crl.memory.bank import ExperienceBank
+from crl.memory.storage.embeddings import HashingEmbedding
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import fold_seeds
 
 
 class WordCounter:

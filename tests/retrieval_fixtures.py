@@ -12,11 +12,11 @@ from typing import Sequence
 
 import pytest
 
-from memory.bank import ExperienceBank
-from memory.config import MemoryConfig
-from memory.embeddings import HashingEmbedding
-from memory.records import EpisodeRecord, StepRecord, episode_record_id, step_record_id
-from memory.trajectory import Episode, Step
+from crl.memory.bank import ExperienceBank
+from crl.memory.config import MemoryConfig
+from crl.memory.storage.embeddings import HashingEmbedding
+from crl.memory.records import EpisodeRecord, StepRecord, episode_record_id, step_record_id
+from crl.memory.trajectory import Episode, Step
 from tests.chroma_server import no_default_embedding  # noqa: F401  (autouse guard)
 
 GOAL = "Find the brass key and take it."

@@ -17,17 +17,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import agent.app
-from agent.cli import app
-from agent.cli_memory import memory_app
-from agent.llm.scripted import ScriptedModel
-from memory.embeddings import SentenceTransformerEmbedding
-from tasks.keyroom import solve
-from tasks.registry import fold_seeds
+import crl.agent.app
+from crl.agent.cli.main import app
+from crl.agent.llm.scripted import ScriptedModel
+from crl.memory.storage.embeddings import SentenceTransformerEmbedding
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import fold_seeds
 from tests.chroma_server import chroma_server  # noqa: F401  (a fixture)
-
-if not any(group.name == "memory" for group in app.registered_groups):
-    app.add_typer(memory_app, name="memory")  # until agent/cli.py registers the group itself
 
 N_SOLVED, N_FAILED = 2, 3
 
@@ -67,11 +63,11 @@ def built_home(tmp_path_factory, shared_embedder) -> Path:
         mp.chdir(root)
         seeds = fold_seeds("keyroom/key", "train", N_SOLVED)
         solver = ScriptedModel([f" {a}" for s in seeds for a in solve(s, "key")])
-        mp.setattr(agent.app, "build_chat_model", lambda settings: solver)
+        mp.setattr(crl.agent.app, "build_chat_model", lambda settings: solver)
         r = invoke("--home", home, "run", "keyroom/key", "-n", N_SOLVED, "--parallel", "1")
         assert r.exit_code == 0, r.output
         looker = ScriptedModel(lambda msgs: " look")
-        mp.setattr(agent.app, "build_chat_model", lambda settings: looker)
+        mp.setattr(crl.agent.app, "build_chat_model", lambda settings: looker)
         r = invoke("--home", home, "run", "keyroom/key", "-n", N_FAILED, "--seed", N_SOLVED, "--max-steps", "3",
                    "--policy", "llm")
         assert r.exit_code == 0, r.output
@@ -296,7 +292,7 @@ def test_rebuild_as_of_cancels_later_changes(home):
 
 @pytest.mark.slow
 def test_server_mode_through_memory_url(home, tmp_path, chroma_server, monkeypatch):
-    from agent.config import load_settings
+    from crl.agent.config import load_settings
 
     dump = tmp_path / "bank.jsonl"
     memory("export", dump)
@@ -308,7 +304,7 @@ def test_server_mode_through_memory_url(home, tmp_path, chroma_server, monkeypat
         assert r.exit_code == 0, r.output
         return r
 
-    owner = agent.app.open_bank(load_settings({"home": fresh}))  # its embedded store stays locked: no matter
+    owner = crl.agent.app.open_bank(load_settings({"home": fresh}))  # its embedded store stays locked: no matter
     try:
         on_server("import", dump)
         assert len(as_json(on_server("ls", "--json"))) == 5
@@ -323,9 +319,9 @@ def test_server_mode_through_memory_url(home, tmp_path, chroma_server, monkeypat
 
 
 def test_a_locked_store_names_server_mode(home):
-    from agent.config import load_settings
+    from crl.agent.config import load_settings
 
-    bank = agent.app.open_bank(load_settings())
+    bank = crl.agent.app.open_bank(load_settings())
     try:
         t0 = time.monotonic()
         r = memory("ls", ok=False)

@@ -12,20 +12,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import agent.app
-import agent.reflect
-from agent.cli import app
-from agent.cli_memory import memory_app
-from agent.cli_rules import reflect, rules_app
-from agent.llm.scripted import ScriptedModel
-from memory.embeddings import HashingEmbedding, SentenceTransformerEmbedding
-from tasks.keyroom import solve
-from tasks.registry import fold_seeds
-
-if not any(group.name == "rules" for group in memory_app.registered_groups):
-    memory_app.add_typer(rules_app, name="rules")  # until agent/cli.py mounts it
-if not any((c.name or c.callback.__name__) == "reflect" for c in app.registered_commands):
-    app.command("reflect")(reflect)
+import crl.agent.app
+import crl.agent.reflect
+from crl.agent.cli.main import app
+from crl.agent.llm.scripted import ScriptedModel
+from crl.memory.storage.embeddings import HashingEmbedding, SentenceTransformerEmbedding
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import fold_seeds
 
 RULE = "Take the key before you try the door."
 
@@ -55,9 +48,9 @@ def built_home(tmp_path_factory) -> Path:
         mp.chdir(root)
         seeds = fold_seeds("keyroom/key", "train", 2)
         solver = ScriptedModel([f" {a}" for s in seeds for a in solve(s, "key")])
-        mp.setattr(agent.app, "build_chat_model", lambda settings: solver)
+        mp.setattr(crl.agent.app, "build_chat_model", lambda settings: solver)
         ok(invoke(home, "run", "keyroom/key", "-n", 2, "--parallel", 1, "--policy", "llm"))
-        mp.setattr(agent.app, "build_chat_model", lambda settings: ScriptedModel(lambda m: " look"))
+        mp.setattr(crl.agent.app, "build_chat_model", lambda settings: ScriptedModel(lambda m: " look"))
         ok(invoke(home, "run", "keyroom/key", "-n", 1, "--max-steps", 3, "--policy", "llm"))
     return home
 
@@ -78,7 +71,7 @@ def use_model(monkeypatch, model) -> list:
         built.append(settings)
         return model
 
-    monkeypatch.setattr(agent.reflect, "build_chat_model", build)
+    monkeypatch.setattr(crl.agent.reflect, "build_chat_model", build)
     return built
 
 

@@ -3,8 +3,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
-from agent.config import explain_settings, load_settings
+from crl.agent.cli.main import app
+from crl.agent.config import explain_settings, load_settings
 
 
 def write_toml(path, text):

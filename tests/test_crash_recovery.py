@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.app import open_bank
-from agent.config import load_settings
-from agent.llm.scripted import ScriptedModel
-from agent.llm.serve import serve_chat_model
-from memory.episode_log import iter_events
+from crl.agent.app import open_bank
+from crl.agent.config import load_settings
+from crl.agent.llm.scripted import ScriptedModel
+from tests.openai_test_server import serve_chat_model
+from crl.memory.storage.episode_log import iter_events
 
 
 def slow_look(messages):
@@ -27,7 +27,7 @@ def slow_look(messages):
 
 def crl(home: Path, url: str, *args: str) -> subprocess.Popen:
     env = dict(os.environ, CRL_HOME=str(home), OPENAI_API_KEY="not-needed")
-    cmd = [sys.executable, "-m", "agent", "run", "keyroom/compound", "--backend", "openai",
+    cmd = [sys.executable, "-m", "crl", "run", "keyroom/compound", "--backend", "openai",
            "--base-url", url, "--model", "scripted", "--policy", "llm", "--memory", "off", *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

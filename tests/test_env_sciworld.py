@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("scienceworld", reason="needs the envs extra: pip install 'complementary-rl[envs]'")
 
-from tasks.registry import FOLDS, get_task, make_env  # noqa: E402
-from tasks.sciworld import TASKS, SciWorldEnv, action_hint, parse_subgoals  # noqa: E402
+from crl.tasks.registry import FOLDS, get_task, make_env  # noqa: E402
+from crl.tasks.sciworld import TASKS, SciWorldEnv, action_hint, parse_subgoals  # noqa: E402
 
 pytestmark = pytest.mark.slow  # one JVM start plus task loads: several seconds
 
@@ -167,8 +167,8 @@ def test_parse_subgoals_reads_only_the_sequential_ones():
 
 CRASH_SCRIPT = """
 import json
-from tasks.java_engine import EngineError, java_process
-from tasks.sciworld import SciWorldEnv
+from crl.tasks.java_engine import EngineError, java_process
+from crl.tasks.sciworld import SciWorldEnv
 
 env = SciWorldEnv("find-plant")
 env.reset(2)
@@ -196,9 +196,9 @@ def test_engine_crash_raises_engine_error_and_the_next_reset_works():
 
 
 def test_random_baseline_draws_from_the_engines_valid_actions(env, tmp_path):
-    from agent.app import start_run
-    from agent.config import load_settings
-    from agent.llm.scripted import ScriptedModel
+    from crl.agent.app import start_run
+    from crl.agent.config import load_settings
+    from crl.agent.llm.scripted import ScriptedModel
 
     env.reset(0)
     valid = env.valid_actions()

@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("textworld_express", reason="needs the envs extra: pip install 'complementary-rl[envs]'")
 
-from tasks.base import TextEnv  # noqa: E402
-from tasks.java_engine import SuiteNotInstalled, java_process, match_action  # noqa: E402
-from tasks.registry import FOLDS, get_task, make_env  # noqa: E402
-from tasks.twx import GAMES, TwxEnv, fold_of  # noqa: E402
+from crl.tasks.base import TextEnv  # noqa: E402
+from crl.tasks.java_engine import SuiteNotInstalled, java_process, match_action  # noqa: E402
+from crl.tasks.registry import FOLDS, get_task, make_env  # noqa: E402
+from crl.tasks.twx import GAMES, TwxEnv, fold_of  # noqa: E402
 
 REQUIRED = ("coin", "twc", "cookingworld", "mapreader", "sorting", "arithmetic")
 EASY_COIN = "twx/coin?numLocations=3&numDistractorItems=0&includeDoors=0"
@@ -177,8 +177,8 @@ def test_engine_is_started_once_and_reused_across_resets():
 
 CRASH_SCRIPT = """
 import json
-from tasks.java_engine import EngineError, java_process
-from tasks.twx import TwxEnv
+from crl.tasks.java_engine import EngineError, java_process
+from crl.tasks.twx import TwxEnv
 
 env = TwxEnv("coin", numLocations=2)
 env.reset(1)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from memory.episodic_control import (
+from crl.memory.retrieval.episodic_control import (
     ActionValue,
     action_values,
     choose_memory,
@@ -14,9 +14,9 @@ from memory.episodic_control import (
     normalise_action,
     vote_weight,
 )
-from memory.ingest import EpisodeTags, build_records
-from memory.retrieval import Retriever, RetrievalQuery
-from memory.retrieval_config import RetrievalConfig
+from crl.memory.ingest import EpisodeTags, build_records
+from crl.memory.retrieval.retriever import Retriever, RetrievalQuery
+from crl.memory.retrieval.config import RetrievalConfig
 from tests.retrieval_fixtures import GOAL, HALL, bank, episode, no_default_embedding, step_record  # noqa: F401
 
 CFG = RetrievalConfig()

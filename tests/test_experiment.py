@@ -7,17 +7,16 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-import agent.app
-from agent.cli import app
-from agent.experiment import CurveSpec, load_results, run_curve, summarise
-from agent.llm.scripted import ScriptedModel
-from tasks.keyroom import solve
-from tasks.registry import get_task
+from crl.agent.cli.main import app
+from crl.agent.experiment import CurveSpec, compare_arms, load_results, run_curve, summarise
+from crl.agent.llm.scripted import ScriptedModel
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import get_task
 
 
 def solver_model():
     """Replies with the keyroom solver's next action for the state in the prompt (any seed)."""
-    from tasks.keyroom import KeyroomEnv
+    from crl.tasks.keyroom import KeyroomEnv
 
     plans = {}
     for fold in ("train", "dev"):
@@ -39,18 +38,28 @@ def solver_model():
 
 def test_curve_writes_results_plot_and_table_and_resumes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    spec = CurveSpec("keyroom/key", ["random", "none", "episodic"], budget=4, eval_every=2, eval_episodes=3,
-                     repeats=2, overrides={"agent": {"reply_format": "action", "parallel": 2, "loop_breaker": False}})
+    spec = CurveSpec(
+        "keyroom/key",
+        ["random", "none", "episodic"],
+        budget=4,
+        eval_every=2,
+        eval_episodes=3,
+        repeats=2,
+        overrides={"agent": {"reply_format": "action", "parallel": 2, "loop_breaker": False}},
+    )
     model = ScriptedModel(lambda msgs: " look")
     results = run_curve(spec, tmp_path / "exp", model)
     assert (tmp_path / "exp" / "curve.png").stat().st_size > 1000
     table = (tmp_path / "exp" / "table.md").read_text()
     assert "| episodic |" in table and "random 100%" in table  # who chose the actions, per arm
+    assert "## Tests between arms after 4 train episodes" in table and "| random | none |" in table
     rows = summarise(results)
     assert {r["arm"] for r in rows} == {"random", "none", "episodic"}
     assert [r["train_episodes"] for r in rows if r["arm"] == "episodic"] == [0, 2, 4]
     assert all(r["repeats"] == (1 if r["arm"] == "none" else 2) for r in rows)
     none = [r["success_rate"] for r in rows if r["arm"] == "none"]
+    first = results["runs"][0]["points"][0]
+    assert len(first["outcomes"]) == 3 and sum(first["outcomes"].values()) == first["successes"]
     assert none == [0.0, 0.0, 0.0]  # "look" never wins; memoryless arms are evaluated once
     calls = len(model.calls)
     run_curve(spec, tmp_path / "exp", model)  # resumes: nothing left to do
@@ -60,8 +69,15 @@ def test_curve_writes_results_plot_and_table_and_resumes(tmp_path, monkeypatch):
 
 def test_episodic_control_learns_from_a_teacher_within_the_curve(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    spec = CurveSpec("keyroom/key", ["memory"], budget=4, eval_every=4, eval_episodes=2, repeats=1,
-                     overrides={"agent": {"reply_format": "action", "parallel": 2}})
+    spec = CurveSpec(
+        "keyroom/key",
+        ["memory"],
+        budget=4,
+        eval_every=4,
+        eval_episodes=2,
+        repeats=1,
+        overrides={"agent": {"reply_format": "action", "parallel": 2}},
+    )
     results = run_curve(spec, tmp_path / "exp", solver_model())
     rows = summarise(results)
     assert [r["success_rate"] for r in rows] == [1.0, 1.0]
@@ -70,30 +86,69 @@ def test_episodic_control_learns_from_a_teacher_within_the_curve(tmp_path, monke
 
 def test_cli_curve_and_report(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("agent.llm.factory.build_chat_model", lambda settings: ScriptedModel(lambda m: " look"))
-    r = CliRunner().invoke(app, ["experiment", "curve", "keyroom/key", "--arms", "random,none", "--budget", "2",
-                                 "--eval-every", "2", "--eval-episodes", "2", "--repeats", "1", "--out", "exp", "--json"])
+    monkeypatch.setattr("crl.agent.llm.factory.build_chat_model", lambda settings: ScriptedModel(lambda m: " look"))
+    r = CliRunner().invoke(
+        app,
+        [
+            "experiment",
+            "curve",
+            "keyroom/key",
+            "--arms",
+            "random,none",
+            "--budget",
+            "2",
+            "--eval-every",
+            "2",
+            "--eval-episodes",
+            "2",
+            "--repeats",
+            "1",
+            "--out",
+            "exp",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.output[r.output.index("["):])
+    rows = json.loads(r.output[r.output.index("[") :])
     assert {x["arm"] for x in rows} == {"random", "none"}
     r = CliRunner().invoke(app, ["experiment", "report", "exp"])
     assert r.exit_code == 0 and "dev success by arm" in r.output
+    assert "arms compared" in r.output and "McNemar p" in r.output
+    r = CliRunner().invoke(app, ["experiment", "report", "exp", "--json"])
+    report = json.loads(r.output[r.output.index("{") :])
+    pair = report["comparisons"][0]
+    assert {pair["arm_a"], pair["arm_b"]} == {"random", "none"} and pair["pairs"] == 2
+    assert pair["mcnemar_p"] is not None and 0 <= pair["fisher_p"] <= 1
     r = CliRunner().invoke(app, ["experiment", "curve", "keyroom/key", "--arms", "bogus"])
     assert r.exit_code == 1 and "unknown arm" in r.output
 
 
 def test_memory_arms_start_from_the_none_arms_first_point(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    spec = CurveSpec("keyroom/key", ["none", "memory"], budget=2, eval_every=2, eval_episodes=2, repeats=1,
-                     overrides={"agent": {"reply_format": "action", "parallel": 2}})
+    spec = CurveSpec(
+        "keyroom/key",
+        ["none", "memory"],
+        budget=2,
+        eval_every=2,
+        eval_episodes=2,
+        repeats=1,
+        overrides={"agent": {"reply_format": "action", "parallel": 2}},
+    )
     model = solver_model()
     results = run_curve(spec, tmp_path / "exp", model)
     memory = next(r for r in results["runs"] if r["arm"] == "memory")
     none = next(r for r in results["runs"] if r["arm"] == "none")
     assert memory["points"][0] == none["points"][0] | {"train_episodes": 0, "train_steps": 0}
-    sampled = CurveSpec("keyroom/key", ["none", "memory"], budget=2, eval_every=2, eval_episodes=2, repeats=1,
-                        overrides={"agent": {"reply_format": "action", "parallel": 2}, "llm": {"temperature": 0.7}})
-    from agent.experiment import starts_as_none
+    sampled = CurveSpec(
+        "keyroom/key",
+        ["none", "memory"],
+        budget=2,
+        eval_every=2,
+        eval_episodes=2,
+        repeats=1,
+        overrides={"agent": {"reply_format": "action", "parallel": 2}, "llm": {"temperature": 0.7}},
+    )
+    from crl.agent.experiment import starts_as_none
 
     assert starts_as_none("memory", spec.overrides) and not starts_as_none("mixed", spec.overrides)
     assert not starts_as_none("memory", sampled.overrides)
@@ -101,8 +156,15 @@ def test_memory_arms_start_from_the_none_arms_first_point(tmp_path, monkeypatch)
 
 def test_a_rules_arm_starts_from_its_twins_first_point_in_the_same_repeat(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    spec = CurveSpec("keyroom/key", ["mixed", "mixed+rules"], budget=2, eval_every=2, eval_episodes=2, repeats=2,
-                     overrides={"agent": {"reply_format": "action", "parallel": 2}, "reflect": {"every": 0}})
+    spec = CurveSpec(
+        "keyroom/key",
+        ["mixed", "mixed+rules"],
+        budget=2,
+        eval_every=2,
+        eval_episodes=2,
+        repeats=2,
+        overrides={"agent": {"reply_format": "action", "parallel": 2}, "reflect": {"every": 0}},
+    )
     results = run_curve(spec, tmp_path / "exp", solver_model())
     runs = {(r["arm"], r["repeat"]): r for r in results["runs"]}
     for rep in (0, 1):
@@ -114,13 +176,20 @@ def test_a_rules_arm_starts_from_its_twins_first_point_in_the_same_repeat(tmp_pa
 
 @pytest.mark.slow
 def test_curve_with_the_embedded_model_on_an_easy_twx_game(tmp_path, monkeypatch, embedded_models_dir):
-    from agent.llm.embedded import embedded_model_path
-    from agent.llm.local import LocalChatModel
+    from crl.agent.llm.embedded import embedded_model_path
+    from crl.agent.llm.local import LocalChatModel
 
     monkeypatch.chdir(tmp_path)
     task = "twx/coin?numLocations=2&numDistractorItems=0&includeDoors=0"
-    spec = CurveSpec(task, ["random", "mixed"], budget=2, eval_every=2, eval_episodes=2, repeats=1,
-                     overrides={"agent": {"parallel": 2, "max_steps": 4}, "reflect": {"enabled": False}})
+    spec = CurveSpec(
+        task,
+        ["random", "mixed"],
+        budget=2,
+        eval_every=2,
+        eval_episodes=2,
+        repeats=1,
+        overrides={"agent": {"parallel": 2, "max_steps": 4}, "reflect": {"enabled": False}},
+    )
     model = LocalChatModel(embedded_model_path(embedded_models_dir))
     try:
         results = run_curve(spec, tmp_path / "exp", model)
@@ -130,6 +199,47 @@ def test_curve_with_the_embedded_model_on_an_easy_twx_game(tmp_path, monkeypatch
     assert [p["train_episodes"] for p in mixed["points"]] == [0, 2]
     assert mixed["points"][1]["train_steps"] > 0 and mixed["points"][0]["prompt_tokens_per_call"] > 50
     assert sum(mixed["points"][0]["decided_by"].values()) == sum(
-        round(p["mean_steps"] * p["episodes"]) for p in mixed["points"][:1])
+        round(p["mean_steps"] * p["episodes"]) for p in mixed["points"][:1]
+    )
     assert mixed["points"][0]["mean_score"] is not None  # TWX reports a score; the table shows its mean
     assert (tmp_path / "exp" / "curve.png").is_file()
+
+
+def _arm_run(arm: str, repeat: int, outcomes: list[bool]) -> dict:
+    point = {
+        "train_episodes": 4,
+        "train_steps": 0,
+        "successes": sum(outcomes),
+        "episodes": len(outcomes),
+        "mean_steps": 1.0,
+        "outcomes": {str(seed): won for seed, won in enumerate(outcomes)},
+    }
+    return {"arm": arm, "repeat": repeat, "points": [point], "seconds": 0.0}
+
+
+def test_compare_arms_pairs_repeats_and_seeds():
+    from math import comb
+
+    from scipy import stats
+
+    results = {
+        "runs": [
+            _arm_run("none", 0, [False, False, False, True]),  # run once: stands for every repeat
+            _arm_run("memory", 0, [True, True, False, True]),
+            _arm_run("memory", 1, [True, True, True, False]),
+        ]
+    }
+    (row,) = compare_arms(results)
+    assert (row["arm_a"], row["arm_b"], row["a"], row["b"]) == ("none", "memory", [1, 4], [6, 8])
+    # pairs (repeat, seed): none wins seed 3 against repeat 1's loss; memory wins 5 of none's losses
+    assert (row["pairs"], row["a_only"], row["b_only"]) == (8, 1, 5)
+    assert row["mcnemar_p"] == pytest.approx(2 * (comb(6, 0) + comb(6, 1)) / 2**6)  # 2 * P(X <= 1), n = 6
+    assert row["fisher_p"] == pytest.approx(stats.fisher_exact([[1, 3], [6, 2]]).pvalue)
+
+
+def test_compare_arms_reads_results_without_outcomes():
+    old = {"runs": [_arm_run("none", 0, [True, False]), _arm_run("memory", 0, [True, True])]}
+    for run in old["runs"]:
+        del run["points"][0]["outcomes"]
+    (row,) = compare_arms(old)
+    assert row["mcnemar_p"] is None and row["pairs"] == 0 and 0 < row["fisher_p"] <= 1

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 import pytest
 from typer.testing import CliRunner
 
-from agent import cli_finetune
-from finetune.gate import TaskScore
-from finetune.registry import AdapterRegistry
+from crl.agent.cli import finetune as cli_finetune
+from crl.finetune.gate import TaskScore
+from crl.finetune.registry import AdapterRegistry
 from tests.finetune_fixtures import fill_bank, open_bank, register_fake
 
 runner = CliRunner()
@@ -45,7 +45,7 @@ def quarantine(monkeypatch):
     def fake_open_bank(settings, actor=None):
         yield QuarantineBank(ids)
 
-    monkeypatch.setattr("agent.app.open_bank", fake_open_bank)
+    monkeypatch.setattr("crl.agent.app.open_bank", fake_open_bank)
     return ids
 
 
@@ -66,15 +66,21 @@ def test_adapters_ls_promote_rollback_rm_and_serve_args(crl_home, tmp_path, quar
     class Evaluator:
         def __call__(self, adapter, tasks, episodes):
             wins = {"sft-1": 1, "sft-2": 2}[adapter.parent.name]
-            return [TaskScore(t, wins, 2) for t in tasks]
+            return [TaskScore(t, wins, 2, outcomes={0: wins >= 1, 1: wins >= 2}) for t in tasks]
 
-    monkeypatch.setattr(cli_finetune, "local_evaluator", lambda settings, base=None, memory=None: Evaluator())
+    monkeypatch.setattr("crl.agent.finetuning.local_evaluator", lambda settings, base=None, memory=None: Evaluator())
     gated = json.loads(crl("adapters", "promote", "sft-2", "--json").stdout)
     assert gated["promoted"] and gated["current"] == "sft-1" and gated["candidate_rate"] == 1.0
     assert json.loads(crl("adapters", "show", "sft-2", "--json").stdout)["promoted"] is True
 
-    served = crl("adapters", "serve-args")
-    assert served.stdout.startswith("--enable-lora --max-lora-rank 8 --lora-modules sft-2=")
+    base = tmp_path / "base-checkpoint"
+    base.mkdir()
+    monkeypatch.setattr("crl.agent.finetuning.base_model_path", lambda settings, base_=None: base)
+    served = crl("adapters", "serve-args").stdout.split()
+    lora = registry.adapter_dir("sft-2").resolve()
+    assert served == ["vllm", "serve", str(base), "--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"sft-2={lora}"]
+    assert crl("adapters", "serve-args", "--args-only").stdout.split() == served[3:]
+    assert json.loads(crl("adapters", "serve-args", "sft-1", "--json").stdout)[-1].startswith("sft-1=")
 
     refused = crl("adapters", "rm", "sft-1")
     assert refused.exit_code == 1 and "roll back past it" in said(refused)
@@ -104,13 +110,13 @@ def hashing_bank_home(tmp_path_factory, monkeypatch):
         finally:
             bank.close()
 
-    monkeypatch.setattr("agent.app.open_bank", opener)
+    monkeypatch.setattr("crl.agent.app.open_bank", opener)
     return home
 
 
 @pytest.mark.slow
 def test_dataset_build_show_and_ls(hashing_bank_home, embedded_models_dir):
-    from agent.llm.embedded import embedded_model_path
+    from crl.agent.llm.embedded import embedded_model_path
 
     base = str(embedded_model_path(embedded_models_dir))
     home = str(hashing_bank_home)

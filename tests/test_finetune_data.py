@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from finetune.build import build_dataset, collect
-from finetune.config import FinetuneConfig
-from finetune.dataset_card import CARD_FILE, DATA_FILE, load_rows, resolve_dataset
-from finetune.dpo_data import pair_problem
-from finetune.prompt_replay import PromptShape, load_prompt_shape, replay_prompts
-from finetune.source import exclusion_reason, quarantined_ids
-from memory.episode_log import read_episodes
+from crl.finetune.build import build_dataset, collect
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.dataset_card import CARD_FILE, DATA_FILE, load_rows, resolve_dataset
+from crl.finetune.dpo_data import pair_problem
+from crl.finetune.prompt_replay import PromptShape, load_prompt_shape, replay_prompts
+from crl.finetune.source import exclusion_reason, quarantined_ids
+from crl.memory.storage.episode_log import read_episodes
 from tests.finetune_fixtures import (
     WordCounter,
     copy_home,
@@ -60,28 +60,40 @@ def _replayed(home: Path, result, counter=None) -> list[list[dict]]:
     return out
 
 
-def test_replayed_prompts_are_exactly_what_the_agent_sent(tmp_path):
-    from agent.app import start_run
+def test_live_loop_and_replay_build_the_same_prompt_states_and_prompts(tmp_path, monkeypatch):
+    from crl.agent.app import start_run
+    from crl.prompts.state import PromptHistory
 
+    built = []
+    state = PromptHistory.state
+
+    def recorded(self, *args, **kwargs):
+        built.append(state(self, *args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(PromptHistory, "state", recorded)
     home = tmp_path / ".crl"
     # repeats ("already did" notes), unparseable replies (error notes), history beyond the window
     model = cycling_model([" look", " look", " dance wildly", " inventory", " inventory", " go north", " go south"])
     settings = settings_for(home, parallel=1, max_steps=9, loop_breaker=False, history_window=2)
     result = start_run(settings, "keyroom/compound", 2, model=model)
     steps = [s for e in result.episodes for s in e.steps]
-    assert any(s.extra.get("repeat") for s in steps) and any(not s.action for s in steps)
+    assert any(s.extra.repeat for s in steps) and any(not s.action for s in steps)
+    live, built[:] = list(built), []
+    assert len(live) == len(steps)
     assert _replayed(home, result) == _sent_prompts(model)
+    assert built == live  # replay advanced the same prompt state, step for step
 
 
 def test_replay_rebuilds_budget_shortened_prompts_with_the_runs_counter(tmp_path):
-    from agent.app import start_run
+    from crl.agent.app import start_run
 
     home = tmp_path / ".crl"
     model = cycling_model([" look", " inventory", " go north", " go south", " dance", " examine"])
     settings = settings_for(home, parallel=1, max_steps=8, history_window=6, max_prompt_tokens=150)
     result = start_run(settings, "keyroom/compound", 1, model=model)
-    reports = [s.extra["prompt"] for s in result.episodes[0].steps]
-    assert any(r["history_dropped"] for r in reports), "the budget should have dropped history"
+    reports = [s.extra.prompt for s in result.episodes[0].steps]
+    assert any(r.history_dropped for r in reports), "the budget should have dropped history"
     assert any(s.decided_by == "loop-breaker" for s in result.episodes[0].steps)
     assert _replayed(home, result, counter=WordCounter()) == _sent_prompts(model)
     episode = result.episodes[0]
@@ -91,30 +103,42 @@ def test_replay_rebuilds_budget_shortened_prompts_with_the_runs_counter(tmp_path
 
 
 def test_steps_with_memory_are_stripped_or_skipped():
-    from memory.trajectory import Step
+    from crl.memory.trajectory import Step
+    from crl.prompts.report import PromptReport
 
     step = Step(0, "A hall.", "look", admissible_actions=["look"])
-    step.extra["prompt"] = {"tokens": 10, "memory_keys": ["ep:keyroom:x"], "history_dropped": 0}
+    step.extra.prompt = PromptReport(tokens=10, budget=1024, memory_keys=["ep:keyroom:x"])
     stripped = replay_prompts("Goal.", [step], PromptShape(), memory_prompts="strip")[0]
     assert not stripped.exact and "memory" in stripped.note and "Past attempts" not in stripped.messages[1]["content"]
     assert replay_prompts("Goal.", [step], PromptShape(), memory_prompts="skip") == ["prompt-has-memory"]
 
 
 def test_steps_the_memory_policy_took_alone_get_the_prompt_the_model_would_have_seen():
-    from memory.trajectory import Step
+    from crl.memory.trajectory import PolicyDecision, Step, StepExtra
 
-    step = Step(0, "A hall.", "look", admissible_actions=["look"], decided_by="memory",
-                extra={"policy": {"decided_by": "memory", "reason": "best value", "model_action": None}})
+    step = Step(
+        0,
+        "A hall.",
+        "look",
+        admissible_actions=["look"],
+        decided_by="memory",
+        extra=StepExtra(policy=PolicyDecision("memory", "best value", None)),
+    )
     prompt = replay_prompts("Goal.", [step], PromptShape())[0]
     assert not prompt.exact and prompt.note == "model not asked (decided by memory)"
     assert prompt.messages[1]["content"].startswith("Goal: Goal.")
 
 
 def test_logged_messages_are_used_as_they_are():
-    from memory.trajectory import Step
+    from crl.memory.trajectory import Step, StepExtra
+    from crl.prompts.report import PromptReport
 
-    sent = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "Action:"}]
-    step = Step(0, "A hall.", "look", extra={"prompt": {"messages": sent, "tokens": 3}})
+    sent = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "Action:"},
+    ]
+    step = Step(0, "A hall.", "look", extra=StepExtra(prompt=PromptReport(tokens=3, budget=1024, messages=sent)))
     assert replay_prompts("Goal.", [step], PromptShape())[0].messages == sent[:2]
 
 
@@ -267,16 +291,16 @@ def test_nothing_qualifying_is_an_error_that_says_why(bank, tmp_path):
 
 @pytest.fixture(scope="module")
 def tokenizer(embedded_models_dir):
-    from agent.llm.embedded import embedded_model_path
-    from finetune.tokens import load_tokenizer
+    from crl.agent.llm.embedded import embedded_model_path
+    from crl.finetune.tokens import load_tokenizer
 
     return load_tokenizer(embedded_model_path(embedded_models_dir))
 
 
 @pytest.mark.slow
 def test_every_example_trains_on_its_reply_and_sees_the_inference_prompt(bank, tokenizer, tmp_path):
-    from agent.llm.local import LocalChatModel
-    from finetune.tokens import TokenizerCounter, tokenize_pair
+    from crl.agent.llm.local import LocalChatModel
+    from crl.finetune.tokens import TokenizerCounter, tokenize_pair
 
     card = build_dataset("sft", bank, CONFIG, tmp_path / "sft", tokenizer=tokenizer, base_model="smollm2-135m-instruct")
     assert card.tokens["total_max"] < card.max_length <= CONFIG.max_length
@@ -305,14 +329,16 @@ class _Renderer:
 def test_too_long_examples_are_dropped_not_truncated(bank, tokenizer, tmp_path):
     full = build_dataset("sft", bank, CONFIG, tmp_path / "a", tokenizer=tokenizer)
     cap = full.tokens["total_p50"] + 1
-    short = build_dataset("sft", bank, CONFIG.model_copy(update={"max_length": cap}), tmp_path / "b", tokenizer=tokenizer)
+    short = build_dataset(
+        "sft", bank, CONFIG.model_copy(update={"max_length": cap}), tmp_path / "b", tokenizer=tokenizer
+    )
     assert 0 < short.examples < full.examples and short.dropped["too-long"] == full.examples - short.examples
     assert short.tokens["total_max"] <= cap and short.max_length <= cap
 
 
 @pytest.mark.slow
 def test_a_reply_that_does_not_continue_the_primed_marker_is_refused(tokenizer):
-    from finetune.tokens import TokenizationError, tokenize_pair
+    from crl.finetune.tokens import TokenizationError, tokenize_pair
 
     prompt = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
     tokenize_pair(tokenizer, prompt, [{"role": "assistant", "content": "Action: look"}])

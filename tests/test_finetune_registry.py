@@ -6,16 +6,15 @@ from contextlib import contextmanager
 
 import pytest
 
-from finetune.config import FinetuneConfig
-from finetune.gate import TaskScore, decide, run_gate
-from finetune.registry import (
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.gate import GateError, TaskScore, decide, decide_margin, decide_paired, run_gate
+from crl.finetune.registry import (
     AdapterNotFoundError,
     AdapterRegistry,
     base_model_key,
     promoted_adapter_path,
-    serve_args,
 )
-from finetune.rounds import FinetuneContext
+from crl.finetune.rounds import FinetuneContext
 from tests.finetune_fixtures import fake_trained, register_fake, tiny_dataset
 
 BASE = "smollm2-135m-instruct"
@@ -37,7 +36,9 @@ def test_register_records_lineage_and_copies_the_adapter(registry, tmp_path):
     assert registry.get("dpo").parent == "sft-1" and child.kind == "dpo"
     assert [a.id for a in registry.ls()] == ["sft-1", "dpo-1"]
     with pytest.raises(ValueError, match="already registered"):
-        registry.register("sft-1", "sft", fake_trained(tmp_path, "again"), BASE, "/m", tiny_dataset(tmp_path, "x"), {}, {})
+        registry.register(
+            "sft-1", "sft", fake_trained(tmp_path, "again"), BASE, "/m", tiny_dataset(tmp_path, "x"), {}, {}
+        )
     with pytest.raises(AdapterNotFoundError):
         registry.get("nope")
 
@@ -60,7 +61,14 @@ def test_promote_and_rollback_restore_the_previous_adapter(registry, tmp_path):
     assert registry.promoted(BASE) is None
     with pytest.raises(ValueError, match="nothing to roll back"):
         registry.rollback(BASE)
-    assert [p.op for p in registry.promotions()] == ["promote", "promote", "rollback", "promote", "rollback", "rollback"]
+    assert [p.op for p in registry.promotions()] == [
+        "promote",
+        "promote",
+        "rollback",
+        "promote",
+        "rollback",
+        "rollback",
+    ]
 
 
 def test_rm_refuses_adapters_a_rollback_could_restore(registry, tmp_path):
@@ -75,11 +83,13 @@ def test_rm_refuses_adapters_a_rollback_could_restore(registry, tmp_path):
 
 
 def test_serve_args_name_each_adapter_for_vllm(registry, tmp_path):
+    from crl.finetune.serving import lora_args
+
     register_fake(registry, tmp_path, "sft-1")
     with pytest.raises(ValueError, match="no adapter is promoted"):
-        serve_args(registry, BASE)
+        lora_args(registry, BASE)
     registry.promote("sft-1")
-    args = serve_args(registry, BASE)
+    args = lora_args(registry, BASE)
     assert args[:3] == ["--enable-lora", "--max-lora-rank", "8"]
     assert args[3] == "--lora-modules" and args[4] == f"sft-1={registry.adapter_dir('sft-1').resolve()}"
     assert base_model_key(None) == BASE and base_model_key("org/model") == "org/model"
@@ -89,16 +99,19 @@ def test_serve_args_name_each_adapter_for_vllm(registry, tmp_path):
 
 
 class FakeEvaluator:
-    """Success counts per adapter folder name (None: the base model)."""
+    """Success counts per adapter folder name (None: the base model); seeds 0..k-1 are the successes."""
 
-    def __init__(self, rates: dict[str | None, int]):
+    def __init__(self, rates: dict[str | None, int], per_seed: bool = True):
         self.rates = rates
+        self.per_seed = per_seed
         self.calls: list[tuple[str | None, tuple[str, ...], int]] = []
 
     def __call__(self, adapter, tasks, episodes):
         name = adapter.parent.name if adapter else None
         self.calls.append((name, tuple(tasks), episodes))
-        return [TaskScore(t, self.rates[name], episodes, run_id=f"run-{name}") for t in tasks]
+        wins = self.rates[name]
+        outcomes = {seed: seed < wins for seed in range(episodes)} if self.per_seed else {}
+        return [TaskScore(t, wins, episodes, run_id=f"run-{name}", outcomes=outcomes) for t in tasks]
 
 
 def test_gate_promotes_a_candidate_not_worse_than_the_current_one(registry, tmp_path):
@@ -109,28 +122,67 @@ def test_gate_promotes_a_candidate_not_worse_than_the_current_one(registry, tmp_
     assert decision.promoted and decision.current is None
     assert (decision.candidate_rate, decision.current_rate) == (0.5, 0.2)
     assert decision.tasks["keyroom/key"]["candidate"] == [5, 10]
+    assert "3 seeds won, 0 lost of 10 paired" in decision.reason and "McNemar p = 1" in decision.reason
     assert evaluator.calls == [("sft-1", ("keyroom/key",), 10), (None, ("keyroom/key",), 10)]
     assert registry.promoted(BASE) == "sft-1" and registry.get("sft-1").gate[0].promoted
     assert "gate:" in registry.promotions()[-1].reason
 
 
-def test_gate_refuses_a_worse_candidate_and_records_why(registry, tmp_path):
+def test_gate_refuses_a_significantly_worse_candidate_and_records_why(registry, tmp_path):
     register_fake(registry, tmp_path, "sft-1")
     register_fake(registry, tmp_path, "sft-2")
     registry.promote("sft-1")
     config = FinetuneConfig(gate_episodes=10)
-    decision = run_gate(registry, "sft-2", FakeEvaluator({"sft-1": 6, "sft-2": 4}), config)
-    assert not decision.promoted and decision.current == "sft-1" and "<" in decision.reason
-    assert registry.promoted(BASE) == "sft-1"
-    assert registry.get("sft-2").gate[-1].current_rate == 0.6
-    lenient = config.model_copy(update={"gate_margin": 0.2})
-    assert run_gate(registry, "sft-2", FakeEvaluator({"sft-1": 6, "sft-2": 4}), lenient).promoted
+    decision = run_gate(registry, "sft-2", FakeEvaluator({"sft-1": 9, "sft-2": 2}), config)
+    # 7 seeds lost, none won: one-sided p = 0.5 ** 7
+    assert not decision.promoted and decision.current == "sft-1"
+    assert "significantly worse (0 seeds won, 7 lost" in decision.reason and "p = 0.00781" in decision.reason
+    assert registry.promoted(BASE) == "sft-1" and registry.get("sft-2").gate[-1].current_rate == 0.9
+    # two seeds lost, none won (p = 0.25) is not evidence of a worse adapter
+    assert run_gate(registry, "sft-2", FakeEvaluator({"sft-1": 6, "sft-2": 4}), config).promoted
     assert registry.promoted(BASE) == "sft-2" and len(registry.get("sft-2").gate) == 2
 
 
+def test_margin_rule_keeps_the_former_semantics(registry, tmp_path):
+    register_fake(registry, tmp_path, "sft-1")
+    register_fake(registry, tmp_path, "sft-2")
+    registry.promote("sft-1")
+    strict = FinetuneConfig(gate_episodes=10, gate_rule="margin")
+    unpaired = FakeEvaluator({"sft-1": 6, "sft-2": 4}, per_seed=False)
+    refused = run_gate(registry, "sft-2", unpaired, strict)
+    assert not refused.promoted and refused.reason == "candidate 40.0% < current 60.0% - margin 0.0%"
+    lenient = strict.model_copy(update={"gate_margin": 0.2})
+    assert run_gate(registry, "sft-2", unpaired, lenient).promoted
+
+
+def test_better_rule_needs_a_significant_gain(registry, tmp_path):
+    register_fake(registry, tmp_path, "sft-1")
+    config = FinetuneConfig(gate_episodes=10, gate_rule="better", gate_alpha=0.05)
+    assert not run_gate(registry, "sft-1", FakeEvaluator({None: 2, "sft-1": 5}), config).promoted  # p = 1/8
+    assert run_gate(registry, "sft-1", FakeEvaluator({None: 0, "sft-1": 5}), config).promoted  # p = 1/32
+
+
+def test_paired_rules_refuse_to_guess_without_per_seed_outcomes(registry, tmp_path):
+    register_fake(registry, tmp_path, "sft-1")
+    with pytest.raises(GateError, match="gate_rule = 'margin'"):
+        run_gate(registry, "sft-1", FakeEvaluator({None: 2, "sft-1": 5}, per_seed=False), FinetuneConfig())
+    assert registry.get("sft-1").gate == [] and registry.promoted(BASE) is None
+
+
 def test_decide_pools_tasks_and_treats_equal_as_not_worse():
-    assert decide([TaskScore("a", 1, 2), TaskScore("b", 1, 2)], [TaskScore("a", 2, 2), TaskScore("b", 0, 2)], 0.0)[0]
-    assert not decide([TaskScore("a", 0, 2)], [TaskScore("a", 1, 2)], 0.0)[0]
+    margin = FinetuneConfig(gate_rule="margin")
+    assert decide(
+        [TaskScore("a", 1, 2), TaskScore("b", 1, 2)], [TaskScore("a", 2, 2), TaskScore("b", 0, 2)], margin
+    ).passed
+    assert not decide_margin([TaskScore("a", 0, 2)], [TaskScore("a", 1, 2)], 0.0).passed
+
+
+def test_paired_decision_uses_only_seeds_both_sides_played():
+    candidate = [TaskScore("a", 2, 3, outcomes={0: True, 1: True, 9: True}), TaskScore("b", 0, 1, outcomes={0: False})]
+    current = [TaskScore("a", 0, 2, outcomes={0: False, 1: False}), TaskScore("b", 1, 1, outcomes={0: True})]
+    decision = decide_paired(candidate, current, "better", 0.05)
+    assert (decision.candidate_only, decision.current_only, decision.pairs) == (2, 1, 3)
+    assert decision.p_value == pytest.approx(0.5)  # P(X >= 2), X ~ Binomial(3, 1/2)
 
 
 # ---- the scheduler ---------------------------------------------------------------------------
@@ -146,13 +198,28 @@ class FakeBank:
 
 
 def _record(i: int, success: bool = True, created_at: float = 100.0):
-    from memory.records import EpisodeRecord
+    from crl.memory.records import EpisodeRecord
 
     return EpisodeRecord(
-        id=f"ep:keyroom:r-{i:04d}", episode_id=f"r-{i:04d}", run_id="r", task="keyroom/key", family="keyroom",
-        variant="key", seed=i, goal="g", status="done", outcome="success" if success else "failure",
-        success=success, total_return=float(success), length=2, reward_sparsity=0.5, novelty=0.5,
-        text="t", created_at=created_at + i, updated_at=created_at + i, value=0.7 if success else 0.1,
+        id=f"ep:keyroom:r-{i:04d}",
+        episode_id=f"r-{i:04d}",
+        run_id="r",
+        task="keyroom/key",
+        family="keyroom",
+        variant="key",
+        seed=i,
+        goal="g",
+        status="done",
+        outcome="success" if success else "failure",
+        success=success,
+        total_return=float(success),
+        length=2,
+        reward_sparsity=0.5,
+        novelty=0.5,
+        text="t",
+        created_at=created_at + i,
+        updated_at=created_at + i,
+        value=0.7 if success else 0.1,
     )
 
 
@@ -162,13 +229,18 @@ def _context(tmp_path, records, **config) -> FinetuneContext:
         yield FakeBank(records)
 
     return FinetuneContext(
-        home=tmp_path / "home", config=FinetuneConfig(**config), base_model=BASE, base_model_path=tmp_path,
-        open_bank=opener, evaluator=None, progress=False,
+        home=tmp_path / "home",
+        config=FinetuneConfig(**config),
+        base_model=BASE,
+        base_model_path=tmp_path,
+        open_bank=opener,
+        evaluator=None,
+        progress=False,
     )
 
 
 def test_scheduler_waits_for_enough_new_qualifying_episodes(tmp_path, monkeypatch):
-    from finetune import scheduler
+    from crl.finetune import scheduler
 
     records = [_record(i) for i in range(3)] + [_record(10 + i, success=False) for i in range(5)]
     ctx = _context(tmp_path, records, auto_min_new_episodes=3)
@@ -197,7 +269,7 @@ def test_scheduler_waits_for_enough_new_qualifying_episodes(tmp_path, monkeypatc
 
 
 def test_a_failed_round_is_logged_and_leaves_its_episodes_for_the_next(tmp_path, monkeypatch):
-    from finetune import scheduler
+    from crl.finetune import scheduler
 
     ctx = _context(tmp_path, [_record(i) for i in range(2)], auto_min_new_episodes=2)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from finetune.config import FinetuneConfig
-from finetune.guards import TrainingDiverged, TrainingGuard
-from finetune.train import EmptyLossMaskError, check_loss_mask, logging_interval, planned_steps
+from crl.finetune.config import FinetuneConfig
+from crl.finetune.guards import TrainingDiverged, TrainingGuard
+from crl.finetune.train import EmptyLossMaskError, check_loss_mask, logging_interval, planned_steps
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = "smollm2-135m-instruct"
@@ -83,7 +83,7 @@ def test_loss_mask_check_fails_loudly():
 
 @pytest.fixture(scope="module")
 def base_path(embedded_models_dir) -> Path:
-    from agent.llm.embedded import embedded_model_path
+    from crl.agent.llm.embedded import embedded_model_path
 
     return embedded_model_path(embedded_models_dir)
 
@@ -91,8 +91,8 @@ def base_path(embedded_models_dir) -> Path:
 @pytest.fixture(scope="module")
 def trained_home(tmp_path_factory, base_path) -> Path:
     """A bank filled by scripted agents, with an SFT and a DPO dataset built from it."""
-    from finetune.build import build_dataset
-    from finetune.tokens import load_tokenizer
+    from crl.finetune.build import build_dataset
+    from crl.finetune.tokens import load_tokenizer
     from tests.finetune_fixtures import fill_bank, open_bank
 
     home = fill_bank(tmp_path_factory.mktemp("finetune-train") / ".crl")
@@ -108,7 +108,7 @@ def trained_home(tmp_path_factory, base_path) -> Path:
 
 
 def _context(home: Path, base_path: Path, config: FinetuneConfig = TINY, evaluator=None):
-    from finetune.rounds import FinetuneContext
+    from crl.finetune.rounds import FinetuneContext
 
     return FinetuneContext(home=home, config=config, base_model=BASE, base_model_path=base_path,
                            evaluator=evaluator, progress=False)
@@ -130,7 +130,7 @@ def reply_logprob(chat, prompt: list[dict], reply: str) -> float:
 
 @pytest.fixture(scope="module")
 def sft_adapter(trained_home, base_path):
-    from finetune.rounds import train_and_register
+    from crl.finetune.rounds import train_and_register
 
     result, lineage = train_and_register(_context(trained_home, base_path), "sft", trained_home / "datasets" / "sft")
     return result, lineage
@@ -138,8 +138,8 @@ def sft_adapter(trained_home, base_path):
 
 @pytest.mark.slow
 def test_sft_round_trains_registers_and_raises_the_replys_probability(trained_home, base_path, sft_adapter):
-    from agent.llm.local import LocalChatModel
-    from finetune.registry import AdapterRegistry
+    from crl.agent.llm.local import LocalChatModel
+    from crl.finetune.registry import AdapterRegistry
 
     result, lineage = sft_adapter
     m = lineage.metrics
@@ -165,8 +165,8 @@ def test_sft_round_trains_registers_and_raises_the_replys_probability(trained_ho
 def test_resuming_after_an_interruption_gives_the_same_adapter(trained_home, base_path, tmp_path):
     from safetensors.torch import load_file
 
-    from finetune.rounds import train_and_register
-    from finetune.train import TrainJob, run_training
+    from crl.finetune.rounds import train_and_register
+    from crl.finetune.train import TrainJob, run_training
 
     config = TINY.model_copy(update={"max_steps": 3, "save_steps": 2, "lora_dropout": 0.1, "batch_size": 1})
     job = TrainJob("whole", "sft", str(trained_home / "datasets" / "sft"), BASE, str(base_path), config.model_dump())
@@ -189,7 +189,7 @@ def test_resuming_after_an_interruption_gives_the_same_adapter(trained_home, bas
 def test_dpo_continues_the_sft_adapter(trained_home, base_path, sft_adapter):
     from safetensors.torch import load_file
 
-    from finetune.rounds import train_and_register
+    from crl.finetune.rounds import train_and_register
 
     _, sft = sft_adapter
     ctx = _context(trained_home, base_path, TINY.model_copy(update={"max_steps": 2, "batch_size": 1}))
@@ -204,11 +204,11 @@ def test_dpo_continues_the_sft_adapter(trained_home, base_path, sft_adapter):
 
 @pytest.mark.slow
 def test_gate_with_the_real_evaluator_records_its_decision(trained_home, base_path, sft_adapter, tmp_path):
-    from agent.cli_finetune import local_evaluator
-    from agent.config import load_settings
-    from agent.runs import RunStore
-    from finetune.gate import decide, run_gate, TaskScore
-    from finetune.registry import AdapterRegistry
+    from crl.agent.config import load_settings
+    from crl.agent.finetuning import local_evaluator
+    from crl.agent.runs import RunStore
+    from crl.finetune.gate import run_gate
+    from crl.finetune.registry import AdapterRegistry
 
     _, sft = sft_adapter
     settings = load_settings({
@@ -220,9 +220,7 @@ def test_gate_with_the_real_evaluator_records_its_decision(trained_home, base_pa
     decision = run_gate(registry, sft.id, evaluator, TINY, promote=False)
     scores = decision.tasks["keyroom/key"]
     assert scores["candidate"][1] == scores["current"][1] == 2 and decision.current is None
-    cand = [TaskScore("keyroom/key", *scores["candidate"])]
-    cur = [TaskScore("keyroom/key", *scores["current"])]
-    assert decision.promoted is False and decide(cand, cur, 0.0)[1] == decision.reason
+    assert decision.promoted is False and "of 2 paired; one-sided McNemar p =" in decision.reason  # same dev seeds
     assert registry.get(sft.id).gate[-1].reason == decision.reason
     assert len(list((tmp_path / "evalhome" / "evals").iterdir())) == 2, "both sides ran as evaluations"
     runs = RunStore(tmp_path / "evalhome" / "evals")
@@ -242,7 +240,7 @@ def test_two_process_cpu_training_writes_one_adapter(trained_home, base_path, tm
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
-        "-m", "agent.cli_finetune", "--home", str(home),
+        "-m", "crl.agent.cli.finetune", "--home", str(home),
         "finetune", "sft", "--dataset", str(trained_home / "datasets" / "sft"), "--base", str(base_path),
         "--max-steps", "2", "--batch-size", "1", "--rank", "4", "--target-modules", "q_proj,v_proj",
         "--no-gate", "--json",
@@ -250,7 +248,7 @@ def test_two_process_cpu_training_writes_one_adapter(trained_home, base_path, tm
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from finetune.registry import AdapterRegistry
+    from crl.finetune.registry import AdapterRegistry
 
     adapters = AdapterRegistry.of(home).ls()
     assert len(adapters) == 1
@@ -260,9 +258,9 @@ def test_two_process_cpu_training_writes_one_adapter(trained_home, base_path, tm
 
 
 def test_a_dataset_longer_than_max_length_is_refused_before_training(tmp_path):
-    from finetune.dataset_card import write_dataset
-    from finetune.sft_data import BuiltDataset
-    from finetune.train import TrainJob, build_trainer
+    from crl.finetune.dataset_card import write_dataset
+    from crl.finetune.sft_data import BuiltDataset
+    from crl.finetune.train import TrainJob, build_trainer
 
     row = {"prompt": [{"role": "user", "content": "U"}], "completion": [{"role": "assistant", "content": "Action: a"}],
            "task": "keyroom/key"}

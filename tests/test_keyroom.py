@@ -9,9 +9,9 @@ from collections import deque
 
 import pytest
 
-from tasks.base import TextEnv
-from tasks.keyroom import VARIANTS, KeyroomEnv, canonical_action, goal_reached, initial_state, solve, subgoals
-from tasks.keyroom_world import (
+from crl.tasks.base import TextEnv
+from crl.tasks.keyroom import VARIANTS, KeyroomEnv, canonical_action, goal_reached, initial_state, solve, subgoals
+from crl.tasks.keyroom_world import (
     IN_CHEST,
     KEY,
     OPPOSITE,
@@ -20,7 +20,7 @@ from tasks.keyroom_world import (
     apply_action,
     generate_world,
 )
-from tasks.registry import FOLDS, get_task, make_env
+from crl.tasks.registry import FOLDS, get_task, make_env
 
 NAMES = [f"keyroom/{v}" for v in VARIANTS]
 

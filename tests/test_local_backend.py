@@ -9,16 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.llm import embedded, threads
-from agent.llm.base import ChatModel, GenerationConfig, LLMError, cut_at_stop
-from agent.llm.embedded import (
+from crl.agent.llm import embedded, threads
+from crl.agent.llm.base import ChatModel, GenerationConfig, LLMError, cut_at_stop
+from crl.agent.llm.embedded import (
     CONVERTED_MARKER,
     EMBEDDED_MODEL_NAME,
     convert_gguf,
     embedded_gguf_file,
     embedded_model_path,
+    model_cache_dir,
 )
-from agent.llm.local import LocalChatModel, _left_pad, _tokens_until_stop, adapter_name
+from crl.agent.llm.local import LocalChatModel, _left_pad, _tokens_until_stop, adapter_name
 
 GREEDY = GenerationConfig(max_new_tokens=16)
 
@@ -64,6 +65,47 @@ def _fake_writer(calls):
         (folder / CONVERTED_MARKER).write_text("{}")
 
     return write
+
+
+def test_model_cache_folder_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("CRL_MODEL_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert model_cache_dir() == tmp_path / "xdg" / "crl" / "models"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert model_cache_dir() == tmp_path / "user" / ".cache" / "crl" / "models"
+    monkeypatch.setenv("CRL_MODEL_CACHE", str(tmp_path / "mine"))
+    assert model_cache_dir() == tmp_path / "mine"
+
+
+def test_embedded_model_is_converted_once_per_machine_not_per_home(tmp_path, monkeypatch):
+    gguf = tmp_path / "pkg" / "smollm2.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    calls: list[Path] = []
+    monkeypatch.setattr(embedded, "embedded_gguf_file", lambda: gguf)
+    monkeypatch.setattr(embedded, "_write_checkpoint", _fake_writer(calls))
+    monkeypatch.setenv("CRL_MODEL_CACHE", str(tmp_path / "machine"))
+    first = embedded_model_path(tmp_path / "home-a" / "models")
+    second = embedded_model_path(tmp_path / "home-b" / "models")
+    assert first == second == tmp_path / "machine" / EMBEDDED_MODEL_NAME and len(calls) == 1
+    assert not (tmp_path / "home-a" / "models").exists()
+
+
+def test_a_home_converted_by_an_older_crl_keeps_its_copy(tmp_path, monkeypatch):
+    gguf = tmp_path / "smollm2.gguf"
+    gguf.write_bytes(b"GGUF")
+    calls: list[Path] = []
+    monkeypatch.setattr(embedded, "embedded_gguf_file", lambda: gguf)
+    monkeypatch.setattr(embedded, "_write_checkpoint", _fake_writer(calls))
+    monkeypatch.setenv("CRL_MODEL_CACHE", str(tmp_path / "machine"))
+    old = tmp_path / "home" / "models" / EMBEDDED_MODEL_NAME
+    old.mkdir(parents=True)
+    (old / CONVERTED_MARKER).write_text("{}")
+    assert embedded_model_path(tmp_path / "home" / "models") == old and calls == []
+    unfinished = tmp_path / "other" / "models" / EMBEDDED_MODEL_NAME
+    unfinished.mkdir(parents=True)  # no marker: not trusted, the machine cache is used
+    assert embedded_model_path(tmp_path / "other" / "models") == tmp_path / "machine" / EMBEDDED_MODEL_NAME
 
 
 def test_convert_gguf_runs_once_and_reuses_the_result(tmp_path, monkeypatch):
@@ -203,8 +245,11 @@ def test_batched_greedy_equals_one_at_a_time(model):
         user("List three colors."),
         [
             {"role": "system", "content": "You play a text adventure. Reply with one action."},
-            {"role": "user", "content": "You are in a kitchen. There is a fridge and a table "
-             "with an apple on it. Your goal is to eat the apple. What do you do?"},
+            {
+                "role": "user",
+                "content": "You are in a kitchen. There is a fridge and a table "
+                "with an apple on it. Your goal is to eat the apple. What do you do?",
+            },
         ],
     ]
     together = model.generate(prompts, GREEDY)
@@ -216,7 +261,7 @@ def test_batched_greedy_equals_one_at_a_time(model):
 
 @pytest.mark.slow
 def test_batch_of_eight(model):
-    prompts = [user("Count to %d." % n) for n in range(1, 9)]
+    prompts = [user(f"Count to {n}.") for n in range(1, 9)]
     replies = model.generate(prompts, GenerationConfig(max_new_tokens=8))
     assert len(replies) == 8
     assert all(r.text.strip() for r in replies)
@@ -254,9 +299,7 @@ def test_stop_sequence_cuts_and_stops_early(model, monkeypatch):
 
 @pytest.mark.slow
 def test_assistant_prefix_primes_the_reply_and_returns_only_the_continuation(model):
-    primed = user("What is the capital of France?") + [
-        {"role": "assistant", "content": "The capital of France is"}
-    ]
+    primed = user("What is the capital of France?") + [{"role": "assistant", "content": "The capital of France is"}]
     assert model.render(primed).endswith("<|im_start|>assistant\nThe capital of France is")
     [reply] = model.generate([primed], GREEDY)
     assert not reply.text.startswith("The capital")
@@ -273,9 +316,7 @@ def test_count_tokens_matches_apply_chat_template(model):
         [*user("a"), {"role": "assistant", "content": "b"}, *user("c ünïcödé 🌧")],
     ]
     for messages in conversations:
-        encoded = model.tokenizer.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=True
-        )
+        encoded = model.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
         ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
         assert model.count_tokens(messages) == len(ids)
 
@@ -304,9 +345,7 @@ def test_lora_adapter_loads_changes_output_and_names_itself(model, checkpoint, t
     torch.manual_seed(0)
     lora = get_peft_model(
         base,
-        LoraConfig(
-            r=4, lora_alpha=64, target_modules=["q_proj", "v_proj"], init_lora_weights=False
-        ),
+        LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
     )
     adapter_dir = tmp_path / "round-1"
     lora.save_pretrained(adapter_dir)
@@ -325,8 +364,8 @@ def test_lora_adapter_loads_changes_output_and_names_itself(model, checkpoint, t
 
 
 @pytest.mark.slow
-def test_gguf_file_is_converted_into_the_cache_dir(checkpoint, tmp_path, monkeypatch):
-    from agent.llm import local
+def test_gguf_file_is_converted_into_the_machine_cache(checkpoint, tmp_path, monkeypatch):
+    from crl.agent.llm import local
 
     seen = []
 
@@ -335,10 +374,11 @@ def test_gguf_file_is_converted_into_the_cache_dir(checkpoint, tmp_path, monkeyp
         return checkpoint
 
     monkeypatch.setattr(local, "convert_gguf", convert)
-    chat = LocalChatModel(embedded_gguf_file(), cache_dir=tmp_path)
+    monkeypatch.setenv("CRL_MODEL_CACHE", str(tmp_path / "machine"))
+    chat = LocalChatModel(embedded_gguf_file(), cache_dir=tmp_path / "home" / "models")
     try:
         [(gguf_file, out_dir)] = seen
-        assert out_dir.parent == tmp_path and out_dir.name.startswith(gguf_file.stem)
+        assert out_dir.parent == tmp_path / "machine" and out_dir.name.startswith(gguf_file.stem)
         assert chat.name == gguf_file.stem
     finally:
         chat.close()

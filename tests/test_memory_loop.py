@@ -8,12 +8,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agent.app import open_bank, start_run
-from agent.cli import app
-from agent.config import load_settings
-from agent.llm.scripted import ScriptedModel
-from tasks.keyroom import solve
-from tasks.registry import fold_seeds
+from crl.agent.app import open_bank, start_run
+from crl.agent.cli.main import app
+from crl.agent.config import load_settings
+from crl.agent.llm.scripted import ScriptedModel
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import fold_seeds
 
 TASK = "keyroom/key"
 
@@ -41,8 +41,8 @@ def test_later_prompts_show_earlier_cases_and_credit_them(taught):
     prompt = model.calls[0].batch[0][1]["content"]
     assert "Past attempts at similar tasks" in prompt and "[success]" in prompt
     step = result.episodes[0].steps[0]
-    used = step.extra["prompt"]["memory_keys"]
-    assert used and step.extra["memory"]["memories"]
+    used = step.extra.prompt.memory_keys
+    assert used and step.extra.memory.memories
     with open_bank(settings_for(taught)) as bank:
         credited = [bank.get(i) for i in used if not i.startswith("av:")]
         assert credited
@@ -63,12 +63,12 @@ def test_mixed_policy_overrides_the_model_only_when_memory_is_confident(taught):
     model = ScriptedModel(lambda msgs: " inventory")
     # one stored success from this exact state: support 1.0, below the default 1.5
     unsure = start_run(settings_for(taught, policy="mixed", loop_breaker=False, max_steps=2), TASK, 1, model=model)
-    assert [s.extra["policy"]["decided_by"] for s in unsure.episodes[0].steps] == ["llm", "llm"]
-    assert "no confident value" in unsure.episodes[0].steps[0].extra["policy"]["reason"]
+    assert [s.extra.policy.decided_by for s in unsure.episodes[0].steps] == ["llm", "llm"]
+    assert "no confident value" in unsure.episodes[0].steps[0].extra.policy.reason
     settings = settings_for(taught, policy="mixed", loop_breaker=False)
     settings.retrieval.mixed_min_support = 0.8
     sure = start_run(settings, TASK, 1, model=model)
-    decisions = [s.extra["policy"]["decided_by"] for s in sure.episodes[0].steps]
+    decisions = [s.extra.policy.decided_by for s in sure.episodes[0].steps]
     assert decisions and set(decisions) == {"memory"} and sure.episodes[0].success
 
 
@@ -94,12 +94,14 @@ def test_eval_reads_memory_but_does_not_change_it(taught):
 
 
 def test_crl_explain_shows_retrieval_and_decisions(taught, monkeypatch):
-    import agent.app
+    import crl.agent.app
 
-    monkeypatch.setattr(agent.app, "build_chat_model", lambda settings: ScriptedModel(lambda msgs: " look"))
-    r = CliRunner().invoke(app, ["run", TASK, "-n", "1", "--seed", "4", "--max-steps", "2", "--policy", "mixed", "--json"])
+    monkeypatch.setattr(crl.agent.app, "build_chat_model", lambda settings: ScriptedModel(lambda msgs: " look"))
+    r = CliRunner().invoke(
+        app, ["run", TASK, "-n", "1", "--seed", "4", "--max-steps", "2", "--policy", "mixed", "--json"]
+    )
     assert r.exit_code == 0, r.output
-    run_id = json.loads(r.output[r.output.index("{"):])["run_id"]
+    run_id = json.loads(r.output[r.output.index("{") :])["run_id"]
     r = CliRunner().invoke(app, ["explain", run_id, "0"])
     assert r.exit_code == 0, r.output
     assert "retrieved" in r.output and "decided by" in r.output and "prompt:" in r.output
@@ -122,19 +124,25 @@ def test_random_policy_is_a_seeded_baseline_without_model_calls(crl_home):
 
 
 def test_prompts_with_memory_are_logged_and_replayed_exactly(taught):
-    from finetune.prompt_replay import load_prompt_shape, replay_prompts
+    from crl.finetune.prompt_replay import load_prompt_shape, replay_prompts
 
     model = ScriptedModel(lambda msgs: " look")
     result = start_run(settings_for(taught, policy="llm", max_steps=3), TASK, 1, seed_start=3, model=model)
     episode = result.episodes[0]
     sent = [[m for m in call.batch[0] if m["role"] != "assistant"] for call in model.calls]
-    assert all(s.extra["prompt"]["memory_keys"] for s in episode.steps)
+    assert all(s.extra.prompt.memory_keys for s in episode.steps)
     shape = load_prompt_shape(taught / "runs", episode.run_id)
     kept = replay_prompts(episode.goal, episode.steps, shape)
     assert [p.messages for p in kept] == sent and all(p.exact for p in kept)
     assert "Past attempts at similar tasks" in kept[0].messages[1]["content"]
     stripped = replay_prompts(episode.goal, episode.steps, shape, memory_prompts="strip")
     assert all(not p.exact and "Past attempts" not in p.messages[1]["content"] for p in stripped)
-    off = start_run(settings_for(taught, policy="llm", max_steps=1, log_prompts="off"), TASK, 1, seed_start=4,
-                    model=ScriptedModel(lambda msgs: " look"))
-    assert "messages" not in off.episodes[0].steps[0].extra["prompt"]
+    off = start_run(
+        settings_for(taught, policy="llm", max_steps=1, log_prompts="off"),
+        TASK,
+        1,
+        seed_start=4,
+        model=ScriptedModel(lambda msgs: " look"),
+    )
+    assert off.episodes[0].steps[0].extra.prompt.messages is None
+    assert "messages" not in off.episodes[0].steps[0].to_dict()["extra"]["prompt"]

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from memory.bank import ExperienceBank
-from memory.config import MemoryConfig
-from memory.embeddings import HashingEmbedding
-from memory.episode_log import iter_events
-from memory.store import StoreError
+from crl.memory.bank import ExperienceBank
+from crl.memory.config import MemoryConfig
+from crl.memory.storage.embeddings import HashingEmbedding
+from crl.memory.storage.episode_log import iter_events
+from crl.memory.storage.store import StoreError
 from tests.chroma_server import AuthProxy, chroma_server, make_episode, no_default_embedding, write_log  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,11 +38,11 @@ def _python(script: str, *args: str, **kw) -> subprocess.Popen:
 
 OPEN_AND_REPORT = """
     import sys, time, json
-    from memory.config import MemoryConfig
-    from memory.embeddings import HashingEmbedding
+    from crl.memory.config import MemoryConfig
+    from crl.memory.storage.embeddings import HashingEmbedding
     t0 = time.monotonic()
-    from memory.bank import ExperienceBank
-    from memory.locks import StoreLockedError
+    from crl.memory.bank import ExperienceBank
+    from crl.memory.storage.locks import StoreLockedError
     t = time.monotonic()
     try:
         ExperienceBank(sys.argv[1], None, MemoryConfig(fsync_journal=False), embedder=HashingEmbedding(64))
@@ -69,9 +69,9 @@ def test_second_process_on_an_embedded_store_is_refused_fast(tmp_path):
 
 SYNC_ALL = """
     import sys
-    from memory.bank import ExperienceBank
-    from memory.config import MemoryConfig
-    from memory.embeddings import HashingEmbedding
+    from crl.memory.bank import ExperienceBank
+    from crl.memory.config import MemoryConfig
+    from crl.memory.storage.embeddings import HashingEmbedding
     config = MemoryConfig(url=sys.argv[3], namespace=sys.argv[4], fsync_journal=False)
     with ExperienceBank(sys.argv[1], sys.argv[2], config, embedder=HashingEmbedding(64)) as bank:
         report = bank.sync()
@@ -99,10 +99,10 @@ def test_two_processes_on_one_server_lose_and_duplicate_nothing(chroma_server, t
 
 KILLABLE_RUN = """
     import sys, time
-    from memory.bank import ExperienceBank
-    from memory.config import MemoryConfig
-    from memory.embeddings import HashingEmbedding
-    from memory.episode_log import EpisodeLog
+    from crl.memory.bank import ExperienceBank
+    from crl.memory.config import MemoryConfig
+    from crl.memory.storage.embeddings import HashingEmbedding
+    from crl.memory.storage.episode_log import EpisodeLog
     from tests.chroma_server import make_episode
     memory, runs, run_id = sys.argv[1], sys.argv[2], sys.argv[3]
     bank = ExperienceBank(memory, runs, MemoryConfig(fsync_journal=False), embedder=HashingEmbedding(64))

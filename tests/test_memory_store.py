@@ -10,15 +10,16 @@ import chromadb
 import numpy as np
 import pytest
 from chromadb.config import Settings
+from chromadb.utils.embedding_functions import register_embedding_function
 
-from memory.bank import ExperienceBank, IngestError, RecordNotFoundError
-from memory.config import MemoryConfig
-from memory.embeddings import HashingEmbedding
-from memory.journal import Journal, JournalEntry
-from memory.records import SCHEMA_VERSION, state_text
-from memory.store import NewerSchemaError, StoreError
-from memory.tags import ema_update
-from memory.transfer import ImportValidationError
+from crl.memory.bank import ExperienceBank, IngestError, RecordNotFoundError
+from crl.memory.config import MemoryConfig
+from crl.memory.records import SCHEMA_VERSION, state_text
+from crl.memory.storage.embeddings import HashingEmbedding
+from crl.memory.storage.journal import Journal, JournalEntry
+from crl.memory.storage.store import NewerSchemaError, StoreError
+from crl.memory.storage.transfer import ImportValidationError
+from crl.memory.tags import ema_update
 from tests.chroma_server import chroma_server, make_episode, mode, no_default_embedding, open_bank, write_log  # noqa: F401
 
 
@@ -137,7 +138,9 @@ def test_novelty_of_repeated_and_new_states(open_bank):
     assert bank.get("st:keyroom:r1-0000:1").novelty < 0.5  # same room, one more action in its history
     bank.ingest_episode(make_episode("r1", 1, success=True, n_steps=1, words=hall, goal="Find the key."))
     strange = "zebra quantum violin marmalade orbit saxophone glacier lantern cobalt thimble walrus"
-    bank.ingest_episode(make_episode("r1", 2, success=True, n_steps=1, words=strange, goal="Juggle eleven teal pumpkins."))
+    bank.ingest_episode(
+        make_episode("r1", 2, success=True, n_steps=1, words=strange, goal="Juggle eleven teal pumpkins.")
+    )
     assert bank.get("st:keyroom:r1-0001:0").novelty == pytest.approx(0.0, abs=1e-5)
     assert bank.get("st:keyroom:r1-0002:0").novelty > 0.75
 
@@ -171,10 +174,12 @@ def test_replay_on_startup_applies_what_was_logged_but_not_applied(open_bank, tm
     # a run that was killed before the bank saw it, and journal entries never applied
     write_log(runs, "r2", [make_episode("r2", 0, success=False), make_episode("r2", 1, success=True, finished=False)])
     journal = Journal(tmp_path / "memory" / "journal.jsonl", fsync=False)
-    journal.append([
-        JournalEntry("tag", ["ep:keyroom:r1-0000"], {"tags": ["late"]}, "test"),
-        JournalEntry("credit", ["st:keyroom:r1-0000:0"], {"success": True, "target": 1.0, "alpha": 0.5}, "test"),
-    ])
+    journal.append(
+        [
+            JournalEntry("tag", ["ep:keyroom:r1-0000"], {"tags": ["late"]}, "test"),
+            JournalEntry("credit", ["st:keyroom:r1-0000:0"], {"success": True, "target": 1.0, "alpha": 0.5}, "test"),
+        ]
+    )
     bank = open_bank()
     assert bank.get("r1-0000").tags == ["late"]
     assert bank.get("st:keyroom:r1-0000:0").use_count == 1
@@ -335,13 +340,13 @@ def test_newer_schema_is_refused_and_older_is_migrated(open_bank, tmp_path):
     stamp = dict(meta.metadata)
     meta.modify(metadata=stamp | {"schema_version": SCHEMA_VERSION + 1})
     if open_bank.server is None:
-        client.close()
+        getattr(client, "close", lambda: None)()  # Client.close is newer than chromadb 1.2
     with pytest.raises(NewerSchemaError, match="newer crl"):
         open_bank()
     client = _raw_client(open_bank, tmp_path)
     client.get_collection(f"{open_bank.namespace}-meta").modify(metadata=stamp | {"schema_version": 0})
     if open_bank.server is None:
-        client.close()
+        getattr(client, "close", lambda: None)()  # Client.close is newer than chromadb 1.2
     bank = open_bank()
     assert any("migrated" in w for w in bank.warnings)
     assert list((tmp_path / "memory" / "backups").glob("view-v0-*.jsonl"))
@@ -367,6 +372,33 @@ def test_changed_embedding_model_needs_a_rebuild(open_bank, tmp_path):
         assert bank.query_steps("keyroom", [state_text("x", "y", [])], k=1)[0]
     finally:
         bank.close()
+
+
+class _OlderHashing(HashingEmbedding):
+    """The same vectors under another registered name: a collection an older crl wrote."""
+
+    @staticmethod
+    def name() -> str:
+        return "crl-hashing-older"
+
+
+register_embedding_function(_OlderHashing)
+
+
+def test_collections_with_an_older_embedding_function_stay_usable(open_bank):
+    bank = open_bank(embedder=_OlderHashing(64))
+    bank.ingest_episode(make_episode("r1", 0, success=True))
+    bank.close()
+    bank = open_bank()
+    assert bank.view.legacy_collections() and all(
+        n.startswith(open_bank.namespace) for n in bank.view.legacy_collections()
+    )
+    assert _step_count(bank) == 4 and bank.get("r1-0000").outcome == "success"
+    bank.ingest_episode(make_episode("r1", 1, success=False))
+    assert bank.query_steps("keyroom", [state_text("x", "y", [])], k=1)[0]
+    report = bank.rebuild()  # `crl memory rebuild`: the migration, keeping every vector
+    assert report.reused_vectors > 0
+    assert bank.view.legacy_collections() == [] and _step_count(bank) == 8
 
 
 def test_unknown_ids_get_a_clear_error(open_bank):

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from memory.config import EvictionWeights, MemoryConfig, ValueWeights
-from memory.curation import keep_score, plan_eviction
-from memory.ingest import EpisodeTags, build_records, compute_tags, episode_as_of, step_texts
-from memory.journal import Journal, JournalEntry, JournalError
-from memory.journal_state import JournalState
-from memory.records import (
+from crl.memory.config import EvictionWeights, MemoryConfig, ValueWeights
+from crl.memory.curation import keep_score, plan_eviction
+from crl.memory.ingest import EpisodeTags, build_records, compute_tags, episode_as_of, step_texts
+from crl.memory.storage.journal import Journal, JournalEntry, JournalError
+from crl.memory.storage.journal_state import JournalState
+from crl.memory.records import (
     EpisodeRecord,
     episode_of_step,
     parse_record_id,
@@ -24,7 +24,7 @@ from memory.records import (
     step_record_id,
     utility_of,
 )
-from memory.tags import (
+from crl.memory.tags import (
     ema_update,
     episode_skills,
     episode_value,

@@ -1,6 +1,6 @@
 """The openai backend, run with the real `openai` SDK against our local chat server.
 
-Also covers the server (`agent.llm.serve`) and tiktoken counting (`agent.llm.tokens`).
+Also covers the OpenAI-compatible test server (`tests/openai_test_server.py`) and tiktoken counting (`agent.llm.tokens`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import openai
 import pytest
 import tiktoken
 
-from agent.llm import tokens
-from agent.llm.base import ChatModel, GenerationConfig, LLMError
-from agent.llm.openai_backend import OpenAIChatModel
-from agent.llm.scripted import ScriptedModel
-from agent.llm.serve import ChatServer, serve_chat_model
-from agent.llm.tokens import TiktokenCounter
+from crl.agent.llm import tokens
+from crl.agent.llm.base import ChatModel, GenerationConfig, LLMError
+from crl.agent.llm.openai_backend import OpenAIChatModel
+from crl.agent.llm.scripted import ScriptedModel
+from tests.openai_test_server import ChatServer, serve_chat_model
+from crl.agent.llm.tokens import TiktokenCounter
 
 SECRET = "sk-test-SECRET-4f9c2a71"
 
@@ -357,7 +357,7 @@ def test_counts_follow_openai_chat_framing():
 
 
 def test_offline_counting_estimates_and_warns_once(caplog, loopback_only):
-    caplog.set_level(logging.WARNING, logger="agent.llm.tokens")
+    caplog.set_level(logging.WARNING, logger="crl.agent.llm.tokens")
     counter = TiktokenCounter("gpt-4o")
     messages = [{"role": "user", "content": "x" * 9}]
     assert counter.count(messages) == 3 + 1 + 3 + 3  # ceil(4/4) + ceil(9/4)
@@ -397,8 +397,8 @@ def test_backend_counts_with_tiktoken(serve):
 
 @pytest.mark.slow
 def test_embedded_model_through_the_server(serve, embedded_models_dir):
-    local = pytest.importorskip("agent.llm.local")
-    embedded = pytest.importorskip("agent.llm.embedded")
+    local = pytest.importorskip("crl.agent.llm.local")
+    embedded = pytest.importorskip("crl.agent.llm.embedded")
     checkpoint = embedded.embedded_model_path(embedded_models_dir)
     chat = local.LocalChatModel(checkpoint, name="smollm2")
     # Both requests in one server batch, as in the direct call, so greedy outputs match.

@@ -1,6 +1,7 @@
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agent.parsing import match_action, normalise, parse_reply, split_reply
+from crl.agent.parsing import match_action, normalise, parse_reply, split_reply
 
 ADMISSIBLE = ["go north", "go south", "take brass key", "open chest", "unlock door with brass key", "look"]
 

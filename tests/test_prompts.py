@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jinja2 import UndefinedError
 
-from prompts.agent_prompt import HistoryItem, assemble_prompt, build_agent_messages
-from prompts.budget import BudgetItem, allocate, truncate_end, truncate_middle
-from prompts.render import render
+from crl.prompts.agent_prompt import (
+    HistoryItem,
+    PromptBudget,
+    PromptFormat,
+    PromptState,
+    assemble_prompt,
+    build_agent_messages,
+)
+from crl.prompts.budget import BudgetItem, allocate, truncate_end, truncate_middle
+from crl.prompts.render import render
 
 
 def words(text: str) -> int:
@@ -19,16 +27,24 @@ def count_messages(messages) -> int:
     return sum(words(m["content"]) + 3 for m in messages)
 
 
+def budget(tokens: int, max_observation_tokens: int = 100) -> PromptBudget:
+    return PromptBudget(tokens, max_observation_tokens, words, count_messages)
+
+
 def test_missing_template_variable_fails_loudly():
     with pytest.raises(UndefinedError):
         render("step.j2", goal="g")
 
 
 def test_step_prompt_snapshot():
-    msgs = build_agent_messages(
-        "Take the key.", "You are in the hall.", ["go north", "take key"],
-        [HistoryItem("look", "You are in the hall.")], "bad reply", react=False, reply_prefix="Action:",
+    state = PromptState(
+        "Take the key.",
+        "You are in the hall.",
+        ["go north", "take key"],
+        [HistoryItem("look", "You are in the hall.")],
+        "bad reply",
     )
+    msgs = build_agent_messages(state, PromptFormat(react=False, reply_prefix="Action:"))
     assert msgs[1]["content"] == (
         "Goal: Take the key.\n\nYour last steps:\n> look\nYou are in the hall.\n\n"
         "Now: You are in the hall.\n\nValid actions:\n- go north\n- take key\n\nNote: bad reply"
@@ -43,7 +59,7 @@ def test_memory_section_says_adapt_not_copy():
         BudgetItem("s1", "hint", "take key -> success 4 of 5", 1.0),
         BudgetItem("r1", "rule", "Keys are never in the treasure room.", 1.0),
     ]
-    msgs, report = assemble_prompt("g", "obs", None, [], None, True, "", items, 500, 100, words, count_messages)
+    msgs, report = assemble_prompt(PromptState("g", "obs"), PromptFormat(), budget(500), items)
     text = msgs[1]["content"]
     assert "[success] goal: take key" in text and "do not copy blindly" in text
     assert "take key -> success 4 of 5" in text and "Keys are never" in text
@@ -72,14 +88,16 @@ def test_lowest_ranked_items_go_first():
     st.text(max_size=2000),
     st.lists(st.text(max_size=100), max_size=6),
 )
-def test_assembled_prompt_never_exceeds_budget(raw_items, budget, observation, history_texts):
+def test_assembled_prompt_never_exceeds_budget(raw_items, limit, observation, history_texts):
     items = [BudgetItem(f"k{i}", ("case", "hint", "rule")[i % 3], t, r) for i, (t, r) in enumerate(raw_items)]
     history = [HistoryItem("act", h) for h in history_texts]
     msgs, report = assemble_prompt(
-        "Reach the goal.", observation, ["go north", "look"], history, None, True, "Thought:",
-        items, budget, 200, words, count_messages,
+        PromptState("Reach the goal.", observation, ["go north", "look"], history),
+        PromptFormat(react=True, reply_prefix="Thought:"),
+        budget(limit, 200),
+        items,
     )
-    assert count_messages(msgs) <= budget
+    assert count_messages(msgs) <= limit
     assert report.tokens == count_messages(msgs)
     assert set(report.memory_keys) | set(report.dropped) == {i.key for i in items}
     assert not set(report.memory_keys) & set(report.dropped)
@@ -87,4 +105,4 @@ def test_assembled_prompt_never_exceeds_budget(raw_items, budget, observation, h
 
 def test_budget_too_small_for_the_frame_is_a_clear_error():
     with pytest.raises(ValueError, match="max_prompt_tokens"):
-        assemble_prompt("g", "o", None, [], None, True, "", [], 10, 100, words, count_messages)
+        assemble_prompt(PromptState("g", "o"), PromptFormat(), budget(10))

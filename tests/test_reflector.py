@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.llm.scripted import ScriptedModel
-from memory.embeddings import HashingEmbedding
-from memory.records import RuleRecord
-from memory.reflector import LOG_NAME, ReflectionLog, Reflector
-from memory.reflector_config import ReflectorConfig
-from memory.retrieval import RetrievalQuery, Retriever, rule_hits
-from memory.retrieval_config import RetrievalConfig
-from memory.rule_editor import RuleEditor, RuleTarget
-from memory.rule_ops import parse_operations
+from crl.agent.llm.scripted import ScriptedModel
+from crl.memory.storage.embeddings import HashingEmbedding
+from crl.memory.records import RuleRecord
+from crl.memory.reflection.reflector import LOG_NAME, ReflectionLog, Reflector
+from crl.memory.reflection.config import ReflectorConfig
+from crl.memory.retrieval.retriever import RetrievalQuery, Retriever, rule_hits
+from crl.memory.retrieval.config import RetrievalConfig
+from crl.memory.reflection.rule_editor import RuleEditor, RuleTarget
+from crl.memory.reflection.rule_ops import parse_operations
 from tests.retrieval_fixtures import episode, open_test_bank
 
 KEY_RULE = "Take the key before you try the door."

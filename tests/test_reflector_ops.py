@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.rule_ops import clean_rule_text, parse_operations
+from crl.memory.reflection.rule_ops import clean_rule_text, parse_operations
 
 
 def kinds(reply: str) -> list[tuple[str, int | None, str | None]]:

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from agent.app import open_bank, start_run
-from agent.config import load_settings
-from agent.llm.embedded import embedded_model_path
-from agent.llm.local import LocalChatModel
-from agent.llm.scripted import ScriptedModel
-from agent.reflect import reflect_config
-from memory.embeddings import SentenceTransformerEmbedding
-from memory.records import RuleRecord
-from memory.reflector import Reflector
-from tasks.keyroom import solve
-from tasks.registry import fold_seeds
+from crl.agent.app import open_bank, start_run
+from crl.agent.config import load_settings
+from crl.agent.llm.embedded import embedded_model_path
+from crl.agent.llm.local import LocalChatModel
+from crl.agent.llm.scripted import ScriptedModel
+from crl.agent.reflect import reflect_config
+from crl.memory.storage.embeddings import SentenceTransformerEmbedding
+from crl.memory.records import RuleRecord
+from crl.memory.reflection.reflector import Reflector
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import fold_seeds
 
 
 @pytest.mark.slow

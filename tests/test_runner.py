@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from agent.app import resume_run, start_run
-from agent.config import load_settings
-from agent.llm.scripted import ScriptedModel
-from agent.runs import RunStore
-from memory.episode_log import EpisodeLog, read_episodes
-from tasks.keyroom import solve
-from tasks.registry import fold_seeds
+from crl.agent.app import resume_run, start_run
+from crl.agent.config import load_settings
+from crl.agent.llm.scripted import ScriptedModel
+from crl.agent.runs import RunStore
+from crl.memory.storage.episode_log import EpisodeLog, read_episodes
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import fold_seeds
 
 
 def settings_for(home, **agent):
@@ -32,7 +32,9 @@ def test_solver_script_wins_every_episode_and_logs_every_step(crl_home):
     result = start_run(settings_for(crl_home, parallel=1), task, n, model=model)
     assert [e.success for e in result.episodes] == [True] * n
     assert all(e.status == "done" for e in result.episodes)
-    events = [json.loads(l) for l in RunStore(crl_home / "runs").log_path(result.info.run_id).read_text().splitlines()]
+    events = [
+        json.loads(line) for line in RunStore(crl_home / "runs").log_path(result.info.run_id).read_text().splitlines()
+    ]
     kinds = [ev["event"] for ev in events]
     assert kinds.count("start") == n and kinds.count("end") == n
     assert kinds.count("step") == sum(len(solve(s, "key")) for s in seeds)
@@ -53,8 +55,8 @@ def test_parallel_episodes_are_batched_and_truncated_by_max_steps(crl_home):
     for e in result.episodes:
         assert e.status == "truncated" and "max_steps" in e.end_reason and len(e.steps) == 4
     # the first look changes the observation ("You look around."), the second repeats it
-    assert "repeat" not in result.episodes[0].steps[1].extra
-    assert result.episodes[0].steps[2].extra.get("repeat") == 1
+    assert result.episodes[0].steps[1].extra.repeat is None
+    assert result.episodes[0].steps[2].extra.repeat == 1
     assert "already did 'look'" in model.calls[3].batch[0][1]["content"]
 
 
@@ -65,7 +67,7 @@ def test_loop_breaker_replaces_a_repeated_reply_with_an_untried_action(crl_home)
     assert steps[0].action == "inventory" and steps[0].decided_by == "llm"
     # "inventory" does not change the room, so the same reply again is a loop
     broken = [s for s in steps[1:] if s.decided_by == "loop-breaker"]
-    assert broken and all(s.extra["loop_break"]["replaced"] == "inventory" for s in broken)
+    assert broken and all(s.extra.loop_break.replaced == "inventory" for s in broken)
     assert all(s.action != "inventory" and s.action in s.admissible_actions for s in broken)
     again = start_run(settings_for(crl_home, parallel=1, max_steps=4), "keyroom/compound", 1, model=model)
     assert [s.action for s in again.episodes[0].steps] == [s.action for s in steps]
@@ -74,10 +76,12 @@ def test_loop_breaker_replaces_a_repeated_reply_with_an_untried_action(crl_home)
 
 def test_unparseable_replies_cost_a_step_with_feedback(crl_home):
     model = ScriptedModel(lambda msgs: " ???\nAction: fly to the moon")
-    result = start_run(settings_for(crl_home, parallel=2, max_steps=2, loop_breaker=False), "keyroom/key", 2, model=model)
+    result = start_run(
+        settings_for(crl_home, parallel=2, max_steps=2, loop_breaker=False), "keyroom/key", 2, model=model
+    )
     for e in result.episodes:
         assert [s.valid for s in e.steps] == [False, False]
-        assert e.steps[0].extra["feedback"]
+        assert e.steps[0].extra.feedback
     assert "not a valid action" in model.calls[1].batch[0][1]["content"]
     assert result.report()["invalid_action_rate"] == 1.0
 
@@ -155,15 +159,19 @@ def test_a_run_records_the_adapter_its_model_loaded_and_resumes_with_it(crl_home
         built.append(resumed_settings.llm.adapter)
         return ScriptedModel(replies[1:])
 
-    monkeypatch.setattr("agent.app.build_chat_model", build)
+    monkeypatch.setattr("crl.agent.app.build_chat_model", build)
     result = resume_run(settings, run_id)
-    assert built == [AdapterModel.adapter], "the resumed run loads the adapter it started with, not today's promoted one"
+    assert built == [AdapterModel.adapter], (
+        "the resumed run loads the adapter it started with, not today's promoted one"
+    )
     assert all(e.success for e in result.episodes)
 
 
 def test_torn_tail_is_repaired_on_reopen(tmp_path):
     path = tmp_path / "episodes.jsonl"
-    path.write_text('{"event": "start", "episode_id": "e1", "run_id": "r", "task": "keyroom/key", "seed": 1, "goal": "g"}\n{"event": "step", "episode_id": "e1", "ind')
+    path.write_text(
+        '{"event": "start", "episode_id": "e1", "run_id": "r", "task": "keyroom/key", "seed": 1, "goal": "g"}\n{"event": "step", "episode_id": "e1", "ind'
+    )
     log = EpisodeLog(path)
     assert log.repaired_bytes > 0
     log.close()
@@ -196,14 +204,14 @@ def test_backend_without_prefill_gets_no_primed_message(crl_home):
 
 
 def test_reply_format_auto_uses_action_only_for_the_embedded_model(crl_home):
-    from agent.app import uses_react
+    from crl.agent.app import uses_react
 
     assert uses_react(load_settings({"home": str(crl_home)})) is False
     assert uses_react(load_settings({"home": str(crl_home), "llm": {"model": "some/other-model"}})) is True
 
 
 def test_run_stores_experience_and_eval_keeps_out_of_memory(crl_home):
-    from agent.app import open_bank
+    from crl.agent.app import open_bank
 
     settings = load_settings({"home": str(crl_home), "agent": {"reply_format": "action", "max_steps": 2}})
     start_run(settings, "keyroom/key", 2, model=ScriptedModel(lambda msgs: " look"))
@@ -220,7 +228,7 @@ class CrashingEnv:
     crashes = {"reset": 1, "step": 1}
 
     def __init__(self):
-        from tasks.keyroom import KeyroomEnv
+        from crl.tasks.keyroom import KeyroomEnv
 
         self.inner = KeyroomEnv("key")
         self.name = "keyroom/key"
@@ -244,11 +252,9 @@ class CrashingEnv:
 
 
 def test_engine_errors_mark_the_episode_errored_and_retry_it_once(crl_home, monkeypatch):
-    import agent.app
+    import crl.agent.app
 
-    monkeypatch.setattr(agent.app, "make_env", lambda name: CrashingEnv())
-    seeds = fold_seeds("keyroom/key", "train", 3)
-    replies = {s: solve(s, "key") for s in seeds}
+    monkeypatch.setattr(crl.agent.app, "make_env", lambda name: CrashingEnv())
     model = ScriptedModel(lambda msgs: " look")
     result = start_run(settings_for(crl_home, parallel=1, max_steps=2), "keyroom/key", 3, model=model)
     by_id = {e.episode_id: e for e in result.episodes}

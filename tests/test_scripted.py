@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from agent.llm.base import ChatModel, GenerationConfig, LLMError
-from agent.llm.scripted import ScriptedModel
+from crl.agent.llm.base import ChatModel, GenerationConfig, LLMError
+from crl.agent.llm.scripted import ScriptedModel
 
 
 def conversation(text: str) -> list[dict]:

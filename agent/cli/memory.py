@@ -1,0 +1,303 @@
+"""`crl memory`: inspect and curate the experience bank, one thin command per `ExperienceBank` method.
+
+Every command opens the bank of the data directory (embedded, or the Chroma server given
+by `--memory-url`), does one thing, and closes it. Listings are rich tables; `--json`
+prints what a script may read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.markup import escape
+
+from crl.agent.cli.common import (
+    FamilyOpt, JsonOpt, MemoryUrlOpt, YesOpt, choices, command as register, confirm, emit, err, open_bank, out, say,
+    value,
+)
+
+app = typer.Typer(help="Inspect and curate the experience bank.", no_args_is_help=True)
+
+IdsArg = typer.Argument(..., help="Record ids: an episode id or any unique prefix, or a full ep:/st:/ru: id.")
+TagsOpt = typer.Option(..., "--tag", "-t", help="A label (repeat for several).")
+
+SORT_KEYS = {"value": "value", "recent": "recency", "use": "use", "utility": "utility", "last-used": "last_used"}
+Sort = choices("Sort", list(SORT_KEYS))
+Tier = choices("Tier", ["golden", "regular", "quarantine"])
+Source = choices("Source", ["real", "synthetic"])
+RecordKind = choices("RecordKind", ["episode", "step", "rule"])
+SearchKind = choices("SearchKind", ["all", "episode", "step"])
+
+
+def command(name: str):
+    """Register a `crl memory` command whose fixable errors print one red line and exit 1."""
+    return register(app, name)
+
+
+def view():
+    """The renderers of bank records (imported on use: they load the bank's record types)."""
+    from crl.agent import render_memory
+
+    return render_memory
+
+
+def record_json(record: Any, with_trajectory: bool = True) -> dict[str, Any]:
+    """A record as JSON; episodes without their trajectory in listings."""
+    exclude = None if with_trajectory or record.kind != "episode" else {"trajectory"}
+    return record.model_dump(mode="json", exclude=exclude)
+
+
+@command("ls")
+def ls(
+    family: Optional[str] = FamilyOpt,
+    variant: Optional[str] = typer.Option(None, "--variant", help="Task variant, e.g. key (of keyroom/key)."),
+    success: Optional[bool] = typer.Option(None, "--success/--failure", help="Only successful (or failed) episodes."),
+    tier: Optional[Tier] = typer.Option(None, "--tier", help="Only records of this tier."),
+    source: Optional[Source] = typer.Option(None, "--source", help="Only real (played) or synthetic records."),
+    skill: Optional[str] = typer.Option(None, "--skill", help="Only records that reached this sub-goal, e.g. key."),
+    tag: Optional[str] = typer.Option(None, "--tag", help="Only records with this user label."),
+    sort: Sort = typer.Option("recent", "--sort", help="Order of the rows."),
+    limit: int = typer.Option(50, "--limit", "-n", help="Most rows shown (0: all)."),
+    kind: RecordKind = typer.Option("episode", "--kind", help="What to list."),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """List episodes (or steps, rules) with outcome, return, value, utility, uses and tier."""
+    outcome = None if success is None else ("success" if success else "failure")
+    with open_bank(memory_url) as bank:
+        records = bank.ls(kind.value, family=family, variant=variant, outcome=outcome, tier=value(tier),
+                          source=value(source), skill=skill, tag=tag, sort=SORT_KEYS[sort.value])
+    shown = records[:limit] if limit > 0 else records
+
+    def render() -> None:
+        if not records:
+            say(f"no {kind.value}s match; `crl run TASK` stores experience, `crl memory stats` shows what the bank holds")
+            return
+        count = f"{len(shown)} of {len(records)}" if len(shown) < len(records) else f"{len(records)}"
+        out.print(view().records_table(shown, kind.value, f"{count} {kind.value}s, by {sort.value}", width=out.width))
+        if len(shown) < len(records):
+            out.print(f"[dim]{len(records) - len(shown)} more: --limit 0 shows all[/]")
+
+    emit([record_json(r, with_trajectory=False) for r in shown] if as_json else None, as_json, render)
+
+
+@command("show")
+def show(
+    record_id: str = typer.Argument(..., help="An episode id (or unique prefix), or a full ep:/st:/ru: record id."),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show one record in full: an episode's tags and its whole trajectory."""
+    with open_bank(memory_url) as bank:
+        record = bank.get(record_id)
+    emit(record_json(record) if as_json else None, as_json, lambda: view().render_record(out, record))
+
+
+@command("search")
+def search(
+    text: str = typer.Argument(..., help="What to look for, e.g. 'a locked door and a key on the floor'."),
+    k: int = typer.Option(10, "-k", help="How many results."),
+    family: Optional[str] = FamilyOpt,
+    kind: SearchKind = typer.Option("all", "--kind", help="Search episodes, steps or both."),
+    include_quarantine: bool = typer.Option(False, "--include-quarantine", help="Search quarantined records too."),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Semantic search over stored episodes and steps, with cosine similarity scores."""
+    if k < 1:
+        raise ValueError("-k must be at least 1")
+    kinds = ("episode", "step") if kind.value == "all" else (kind.value,)
+    with open_bank(memory_url) as bank:
+        hits = bank.search(text, k=k, family=family, kinds=kinds, include_quarantine=include_quarantine)
+
+    def render():
+        if not hits:
+            return "nothing found" + (f" in family {family!r}" if family else "") + "; `crl memory stats` shows what the bank holds"
+        return view().search_table(hits, text, width=out.width)
+
+    data = [{"id": h.id, "similarity": h.similarity, "record": record_json(h.record, False)} for h in hits]
+    emit(data, as_json, render)
+
+
+def curate(memory_url: str | None, as_json: bool, action: str, do) -> None:
+    """Apply `do(bank)` (which returns the record ids it changed) and report them."""
+    with open_bank(memory_url) as bank:
+        ids = do(bank)
+    emit({"action": action, "ids": ids}, as_json, f"{action} {len(ids)} record(s): {', '.join(ids)}")
+
+
+@command("tag")
+def tag(ids: List[str] = IdsArg, tags: List[str] = TagsOpt, memory_url: Optional[str] = MemoryUrlOpt,
+        as_json: bool = JsonOpt) -> None:
+    """Add labels to records (`ls --tag` finds them again)."""
+    curate(memory_url, as_json, f"tagged ({', '.join(tags)})", lambda bank: bank.tag(ids, tags))
+
+
+@command("untag")
+def untag(ids: List[str] = IdsArg, tags: List[str] = TagsOpt, memory_url: Optional[str] = MemoryUrlOpt,
+          as_json: bool = JsonOpt) -> None:
+    """Remove labels from records."""
+    curate(memory_url, as_json, f"untagged ({', '.join(tags)})", lambda bank: bank.untag(ids, tags))
+
+
+@command("pin")
+def pin(ids: List[str] = IdsArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+    """Move records to the golden tier: never evicted."""
+    curate(memory_url, as_json, "pinned (golden)", lambda bank: bank.pin(ids))
+
+
+@command("quarantine")
+def quarantine(ids: List[str] = IdsArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+    """Keep records out of retrieval and fine-tuning data (they stay until removed)."""
+    curate(memory_url, as_json, "quarantined", lambda bank: bank.quarantine(ids))
+
+
+@command("release")
+def release(ids: List[str] = IdsArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+    """Return records to the regular tier (from golden or quarantine)."""
+    curate(memory_url, as_json, "released (regular)", lambda bank: bank.release(ids))
+
+
+@command("rm")
+def rm(
+    ids: List[str] = IdsArg,
+    reason: str = typer.Option("removed by user", "--reason", help="Why (kept in the journal)."),
+    yes: bool = YesOpt,
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Delete records (an episode with its steps); a later sync will not bring them back."""
+    with open_bank(memory_url) as bank:
+        resolved = list(dict.fromkeys(bank.resolve(i) for i in ids))
+        if not yes:
+            err.print("will remove: " + ", ".join(resolved), highlight=False, markup=False)
+        confirm(f"remove {len(resolved)} record(s)", yes)
+        removed = bank.rm(resolved, reason=reason)
+    emit({"action": "removed", "ids": removed}, as_json, f"removed {len(removed)} record(s): {', '.join(removed)}")
+
+
+@command("evict")
+def evict(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be evicted."),
+    family: Optional[str] = FamilyOpt,
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Evict by policy so each family fits its capacity; golden records never.
+
+    The lowest keep-score (value, use, recency) goes first.
+    """
+    with open_bank(memory_url) as bank:
+        plan = bank.evict(dry_run=dry_run, family=family)
+        capacity = bank.config.capacity_per_family
+
+    def render():
+        if not plan:
+            return f"nothing to evict: every family is within its capacity ({capacity} episodes, memory.capacity_per_family)"
+        verb = "would evict" if dry_run else "evicted"
+        return view().eviction_table(plan, f"{verb} {len(plan)} episode(s) (capacity {capacity} per family)")
+
+    emit({"dry_run": dry_run, "capacity_per_family": capacity, "evicted": [asdict(c) for c in plan]}, as_json, render)
+
+
+@command("export")
+def export(
+    path: Path = typer.Argument(..., help="The JSONL file to write (one record per line)."),
+    family: Optional[str] = FamilyOpt,
+    include_quarantine: bool = typer.Option(True, "--include-quarantine/--no-quarantine", help="Export quarantined records too."),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write records to a JSONL file; `crl memory import` restores them losslessly."""
+    with open_bank(memory_url) as bank:
+        n = bank.export(path, family=family, include_quarantine=include_quarantine)
+    emit({"path": str(path), "records": n}, as_json, f"exported {n} record(s) to {path}")
+
+
+@command("import")
+def import_(
+    path: Path = typer.Argument(..., help="A JSONL file written by `crl memory export`."),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Add the records of a JSONL export (validated first: on a bad line nothing is written)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no file {path}")
+    with open_bank(memory_url) as bank:
+        report = bank.import_file(path)
+    emit(asdict(report), as_json,
+         f"imported {report.episodes} episode(s), {report.steps} step(s), {report.rules} rule(s) from {path}")
+
+
+@command("stats")
+def stats(memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+    """Counts by family, tier, outcome and source; value histogram; disk size; mode; embedding model."""
+    with open_bank(memory_url) as bank:
+        s = bank.stats()
+    emit(asdict(s), as_json, lambda: view().render_stats(out, s))
+
+
+@command("sync")
+def sync(memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+    """Store what run logs hold and the bank does not (e.g. episodes of a killed run)."""
+    with open_bank(memory_url) as bank:
+        report = bank.sync()
+    emit(asdict(report), as_json, f"stored {report.episodes_ingested} episode(s), {report.steps_ingested} step(s) "
+                                  f"from {report.logs_read} run log(s); {report.logs_unchanged} unchanged")
+    for line in report.errors if not as_json else []:
+        err.print(f"[yellow]skipped:[/] {escape(line)}", highlight=False)
+
+
+@command("rebuild")
+def rebuild(
+    as_of: Optional[str] = typer.Option(
+        None, "--as-of", help="Roll memory back to this time: ISO 8601 (2025-01-31T12:00, local) or UNIX seconds."
+    ),
+    yes: bool = YesOpt,
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Recreate the view from the run logs and the journal, now or as of a past moment.
+
+    With --as-of this is a rollback: every change after that moment is cancelled for good.
+    """
+    from crl.memory.results import parse_time
+
+    when = None if as_of is None else parse_time(as_of)
+    with open_bank(memory_url) as bank:
+        if when is not None:
+            later = [e for e in bank.state.entries if e.time > when]
+            if later and not yes:
+                ops: dict[str, int] = {}
+                for e in later:
+                    ops[e.op] = ops.get(e.op, 0) + 1
+                summary = ", ".join(f"{n} {op}" for op, n in sorted(ops.items()))
+                err.print(f"rolling back to {view().when(when)} cancels {len(later)} change(s) for good: {summary}",
+                          highlight=False)
+            if later:
+                confirm(f"roll memory back to {view().when(when)}", yes)
+        with err.status("rebuilding the memory view from the journal and run logs..."):
+            report = bank.rebuild(as_of=when)
+    since = f" as of {view().when(report.as_of)}" if report.as_of is not None else ""
+    emit(asdict(report), as_json,
+         f"rebuilt{since}: {report.entries} journal entries replayed, {report.episodes} episodes, {report.steps} steps, "
+         f"{report.rules} rules ({report.reused_vectors} embeddings reused) in {report.seconds:.1f} s")
+    for line in report.missing if not as_json else []:
+        err.print(f"[yellow]missing:[/] {escape(line)}", highlight=False)
+
+
+@command("history")
+def history(
+    record_id: str = typer.Argument(..., help="An episode id (or unique prefix), or a full record id."),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Every change to a record, from the journal: time, actor, op, details, and whether a rollback cancelled it."""
+    with open_bank(memory_url) as bank:
+        rid = bank.resolve(record_id)
+        items = bank.history(rid)
+    emit(view().history_json(items) if as_json else None, as_json,
+         lambda: view().history_table(items, rid) if items else f"the journal has no entry for {rid}")

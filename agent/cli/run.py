@@ -1,0 +1,145 @@
+"""`crl run` and `crl eval`: play episodes with the agent, on train seeds or held-out ones."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from crl.agent.cli.common import (
+    AdapterOpt, BackendOpt, BaseUrlOpt, EpsilonOpt, Fold, JsonOpt, KFailureOpt, KSuccessOpt, MemoryModeOpt,
+    MemoryUrlOpt, ModelOpt, NoUtilityOpt, PolicyOpt, RerankOpt, Backend, MemoryMode, Policy, Rerank, command,
+    effective_settings, emit, err, memory_flags, model_flags, overrides, pairs_table,
+)
+from crl.agent.cli.progress import EpisodeProgress
+
+app = typer.Typer()
+
+
+def report_view(report: dict[str, Any], title: str):
+    """A run's report as a `key  value` table for people."""
+    lo, hi = report["ci95"]
+    rows = {
+        "run": report["run_id"],
+        "task": report["task"],
+        "model": report["model"],
+        "episodes": report["episodes"],
+        "success rate": f"{report['success_rate']:.1%}  (95% CI {lo:.1%} – {hi:.1%})",
+        "mean steps": f"{report['mean_steps']:.1f}",
+        "invalid-action rate": f"{report['invalid_action_rate']:.1%}",
+    }
+    if "memory_overrides" in report:
+        win = report["override_win_rate"]
+        rows["memory overrides"] = (f"{report['memory_overrides']} of {report['scored_steps']} scored steps"
+                                    + (f", episodes with one won {win:.0%}" if win is not None else ""))
+    rows["throughput"] = f"{report['steps_per_s']:.2f} steps/s, {report['generated_tokens_per_s']:.1f} gen tok/s"
+    rows["wall time"] = f"{report['wall_seconds']:.1f} s"
+    return pairs_table(rows, title)
+
+
+@command(app)
+def run(
+    task: str = typer.Argument(..., help="Task name, e.g. keyroom/key (see `crl tasks`)."),
+    episodes: int = typer.Option(10, "--episodes", "-n", help="Episodes to play."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
+    seed: int = typer.Option(0, "--seed", help="Offset into the task's train seeds."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run by id."),
+    no_memory: bool = typer.Option(False, "--no-memory", help="Do not store this run's experience in the bank."),
+    no_reflect: bool = typer.Option(False, "--no-reflect", help="Do not distil rules every reflect.every episodes."),
+    reflect_model: Optional[str] = typer.Option(None, "--reflect-model", help="A (stronger) model that reflects; default: the acting model."),
+    finetune_auto: Optional[bool] = typer.Option(
+        None, "--finetune-auto/--no-finetune-auto",
+        help="When the run ends, start a fine-tuning round (build, train, gate, promote) if enough new qualifying episodes arrived.",
+    ),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    memory: Optional[MemoryMode] = MemoryModeOpt,
+    policy: Optional[Policy] = PolicyOpt,
+    k_success: Optional[int] = KSuccessOpt,
+    k_failure: Optional[int] = KFailureOpt,
+    epsilon: Optional[float] = EpsilonOpt,
+    no_utility: bool = NoUtilityOpt,
+    rerank: Optional[Rerank] = RerankOpt,
+    model: Optional[str] = ModelOpt,
+    backend: Optional[Backend] = BackendOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    adapter: Optional[str] = AdapterOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Play episodes of a task with the agent and log every step."""
+    from crl.agent import app as crl
+
+    settings = effective_settings(
+        overrides(
+            agent__parallel=parallel,
+            agent__max_steps=max_steps,
+            memory__enabled=False if no_memory else None,
+            memory__url=memory_url,
+            reflect__enabled=False if no_reflect else None,
+            reflect__model=reflect_model,
+            finetune__auto_after_run=finetune_auto,
+            **memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank),
+            **model_flags(model, backend, base_url, adapter),
+        )
+    )
+    if resume:
+        store = crl.find_run(crl.run_stores(settings), resume)
+        info = store.load(resume)
+        total, task = len(info.seeds), info.task
+        done = sum(1 for e in store.episodes(resume) if e.finished)
+    else:
+        crl.get_task(task)
+        total, done = episodes, 0
+    with EpisodeProgress(total, err, initial=done, description=task) as progress:
+        if resume:
+            result = crl.resume_run(settings, resume, progress=progress)
+        else:
+            result = crl.start_run(settings, task, episodes, seed_start=seed, progress=progress)
+    report = result.report()
+    if settings.finetune.auto_after_run:
+        from crl.agent.finetuning import round_if_due, round_message
+
+        report["finetune_round"] = round_if_due(settings, progress=not as_json)
+        if not as_json:
+            err.print(round_message(report["finetune_round"]))
+    emit(report, as_json, lambda: report_view(report, f"crl run {task}"))
+
+
+@command(app, "eval")
+def evaluate(
+    task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
+    fold: Fold = typer.Option("dev", "--fold", help="Held-out seeds (train seeds are for collecting experience)."),
+    episodes: int = typer.Option(20, "--episodes", "-n", help="Episodes to evaluate."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    memory_url: Optional[str] = MemoryUrlOpt,
+    memory: Optional[MemoryMode] = MemoryModeOpt,
+    policy: Optional[Policy] = PolicyOpt,
+    k_success: Optional[int] = KSuccessOpt,
+    k_failure: Optional[int] = KFailureOpt,
+    epsilon: Optional[float] = EpsilonOpt,
+    no_utility: bool = NoUtilityOpt,
+    rerank: Optional[Rerank] = RerankOpt,
+    model: Optional[str] = ModelOpt,
+    backend: Optional[Backend] = BackendOpt,
+    base_url: Optional[str] = BaseUrlOpt,
+    adapter: Optional[str] = AdapterOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Success rate (with a 95% interval), mean steps and invalid-action rate on held-out seeds."""
+    from crl.agent import app as crl
+
+    settings = effective_settings(
+        overrides(
+            agent__parallel=parallel,
+            agent__max_steps=max_steps,
+            memory__url=memory_url,
+            **memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank),
+            **model_flags(model, backend, base_url, adapter),
+        )
+    )
+    crl.get_task(task)
+    with EpisodeProgress(episodes, err, description=f"eval {task} [{fold.value}]") as progress:
+        result = crl.start_run(settings, task, episodes, fold=fold.value, kind="eval", progress=progress)
+    report = result.report() | {"fold": fold.value}
+    emit(report, as_json, lambda: report_view(report, f"crl eval {task} ({fold.value} fold)"))

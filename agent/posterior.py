@@ -1,0 +1,254 @@
+"""One posterior over admissible actions: the model's prior times memory's advantage.
+
+    pi(a | s)  proportional to  pi_model(a | s)^beta * exp(lambda(a) * A_mem(s, a) / alpha)
+
+    pi_model   the model's probability of a (`crl.agent.llm.scoring`: softmax of the
+               token-normalised log-likelihoods)
+    A_mem      memory's advantage of a here: what followed a in the nearest stored states minus
+               what followed any action there (`memory_advantages`), so an action that merely
+               co-occurs with success (every stored episode from here succeeded whatever it did)
+               earns nothing
+    lambda(a)  support / (support + kappa), kappa = `PosteriorConfig.support_scale`: the weight
+               of memory's evidence, 0 with no or only far neighbours (their vote weights are 0)
+               and -> 1 as near-identical stored states pile up
+    beta       how much the model's prior counts (0: not at all; 1: as scored)
+    alpha      memory's temperature: an advantage of alpha multiplies the odds by e
+
+With no support anywhere and beta = 1 the posterior is pi_model itself; an action memory knows
+nothing of keeps advantage 0, so memory only moves mass between actions it has evidence on.
+This is the LLM-prior x exp(Q) posterior of Memory-Driven Self-Improvement (arXiv 2509.26340),
+with Q replaced by a support-weighted advantage.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from crl.memory.retrieval.episodic_control import MemoryAdvantage, memory_advantages, same_purpose, state_baseline
+
+__all__ = ["MemoryAdvantage", "PosteriorConfig", "PosteriorDecision", "decide", "memory_advantages",
+           "memory_weight", "posterior_probs", "same_purpose", "state_baseline"]
+
+Mode = Literal["greedy", "sample"]
+
+
+@dataclass(frozen=True)
+class PosteriorConfig:
+    """How the model's prior and memory's values combine (module docstring).
+
+    Defaults are provisional until the dev-seed sweep of issue #14 sets them.
+    """
+
+    beta: float = field(default=1.0, metadata={"help": "Exponent of the model's prior; 0 ignores the model."})
+    alpha: float = field(
+        default=0.25, metadata={"help": "Memory's temperature: an advantage of alpha multiplies the odds by e."}
+    )
+    support_scale: float = field(
+        default=1.0, metadata={"help": "Support at which memory's evidence counts half (lambda = s / (s + this))."}
+    )
+    mode: Mode = field(default="greedy", metadata={"help": "'greedy' takes the posterior's argmax; 'sample' draws."})
+    same_task: bool = field(
+        default=True,
+        metadata={"help": "Only experience stored while playing the same task (family/variant) gives advantages, "
+                          "so one sub-task's moves never outvote the model on another."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.beta < 0:
+            raise ValueError(f"posterior beta must be >= 0, got {self.beta}")
+        if self.alpha <= 0:
+            raise ValueError(f"posterior alpha must be > 0 (math.inf ignores memory), got {self.alpha}")
+        if self.support_scale <= 0:
+            raise ValueError(f"posterior support_scale must be > 0, got {self.support_scale}")
+        if self.mode not in ("greedy", "sample"):
+            raise ValueError(f"posterior mode must be 'greedy' or 'sample', got {self.mode!r}")
+
+
+def memory_weight(support: float, support_scale: float) -> float:
+    """lambda = support / (support + support_scale): 0 with no support, 1/2 at `support_scale`."""
+    return support / (support + support_scale) if support > 0 else 0.0
+
+
+@dataclass
+class PosteriorDecision:
+    """One decision of the posterior policy, for the step record and `crl explain`.
+
+    Attributes:
+        actions: the candidates, in the order scored.
+        model_probs: pi_model per action.
+        memory: memory's evidence per action (only those it has evidence on).
+        weights: lambda per action (0 where memory has nothing).
+        posterior: pi per action.
+        chosen: the action taken.
+        model_best: the model's argmax.
+        posterior_best: the posterior's argmax (the model's on ties).
+        mode: "greedy" or "sample".
+        config: the beta, alpha and support scale used.
+    """
+
+    actions: list[str]
+    model_probs: list[float]
+    memory: dict[str, MemoryAdvantage]
+    weights: list[float]
+    posterior: list[float]
+    chosen: str
+    model_best: str
+    posterior_best: str
+    mode: Mode
+    config: PosteriorConfig
+    avoided: list[str] = field(default_factory=list)
+
+    @property
+    def memory_changed_argmax(self) -> bool:
+        """Memory moved the argmax away from the model's choice."""
+        return self.posterior_best != self.model_best
+
+    @property
+    def decided_by(self) -> str:
+        """Who chose: "llm" when the model's argmax was taken, "memory" when memory's change of argmax
+        was, "sample" when sampling picked neither."""
+        if self.chosen == self.model_best:
+            return "llm"
+        if self.chosen == self.posterior_best:
+            return "memory"
+        return "repeat-avoidance" if self.avoided and self.mode == "greedy" else "sample"
+
+    @property
+    def reason(self) -> str:
+        """One line for the step record."""
+        i = self.actions.index(self.chosen)
+        line = f"posterior {self.posterior[i]:.2f} (model {self.model_probs[i]:.2f}"
+        evidence = self.memory.get(self.chosen)
+        if evidence is not None:
+            line += f", memory: {evidence.hint}, advantage {evidence.advantage:+.2f}, lambda {self.weights[i]:.2f}"
+        line += ")"
+        if self.memory_changed_argmax:
+            line += f"; memory overrode the model's {self.model_best!r}"
+        if self.avoided:
+            line += f"; already tried here: {', '.join(self.avoided)}"
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: per action the model's probability, memory's evidence, lambda and the posterior."""
+        return {
+            "chosen": self.chosen,
+            "model_best": self.model_best,
+            "posterior_best": self.posterior_best,
+            "memory_changed_argmax": self.memory_changed_argmax,
+            "decided_by": self.decided_by,
+            "mode": self.mode,
+            "beta": self.config.beta,
+            "alpha": self.config.alpha,
+            "support_scale": self.config.support_scale,
+            "avoided": list(self.avoided),
+            "actions": {
+                a: {
+                    "model": round(p, 6),
+                    "lambda": round(w, 4),
+                    "posterior": round(q, 6),
+                    **({"memory": self.memory[a].to_dict()} if a in self.memory else {}),
+                }
+                for a, p, w, q in zip(self.actions, self.model_probs, self.weights, self.posterior)
+            },
+        }
+
+
+def posterior_probs(
+    model_probs: Sequence[float], advantages: Sequence[float], weights: Sequence[float], config: PosteriorConfig
+) -> list[float]:
+    """pi(a) proportional to p_a^beta * exp(lambda_a * A_a / alpha), normalised.
+
+    An action the model gives probability 0 stays impossible, even at beta = 0.
+
+    Example: p = (0.8, 0.2), A = (0, 1), lambda = (0, 0.5), beta = 1, alpha = 0.25: the
+    unnormalised weights are 0.8 and 0.2 * e^2 = 1.478, so pi = (0.351, 0.649).
+
+    Raises:
+        ValueError: lengths differ, or every action has probability 0.
+    """
+    if not (len(model_probs) == len(advantages) == len(weights)):
+        raise ValueError("model_probs, advantages and weights need one entry per action")
+    logits = [
+        (config.beta * math.log(p) if config.beta else 0.0) + w * a / config.alpha if p > 0 else -math.inf
+        for p, a, w in zip(model_probs, advantages, weights)
+    ]
+    top = max(logits)
+    if top == -math.inf:
+        raise ValueError("every action has model probability 0; score the admissible actions first")
+    exps = [math.exp(x - top) for x in logits]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def decide(
+    model_probs: Mapping[str, float],
+    memory: Mapping[str, MemoryAdvantage],
+    config: PosteriorConfig,
+    rng: random.Random | None = None,
+    avoid: Collection[str] = (),
+) -> PosteriorDecision:
+    """Choose an action from the posterior over the scored candidates.
+
+    Args:
+        model_probs: pi_model per candidate, e.g. `dict(zip(dist.actions, dist.probs))` of an
+            `ActionDistribution`.
+        memory: `memory_advantages` for this state; actions missing from it get lambda 0.
+        config: beta, alpha, support scale and mode.
+        rng: draws in "sample" mode (seed it for reproducible runs); required there.
+        avoid: actions already taken in this same situation (a deterministic game repeats its
+            outcome): the choice is made among the others while any remains, so the policy
+            never loops on its own argmax. The posterior itself is left as computed.
+
+    Returns:
+        The `PosteriorDecision`, with the chosen action and everything behind it.
+
+    Raises:
+        ValueError: no candidates, or "sample" mode without an rng.
+    """
+    if not model_probs:
+        raise ValueError("decide needs at least one scored action")
+    if config.mode == "sample" and rng is None:
+        raise ValueError("posterior mode 'sample' needs a seeded random.Random (rng)")
+    actions = list(model_probs)
+    probs = [float(model_probs[a]) for a in actions]
+    weights = [memory_weight(memory[a].support, config.support_scale) if a in memory else 0.0 for a in actions]
+    advantages = [memory[a].advantage if a in memory else 0.0 for a in actions]
+    post = posterior_probs(probs, advantages, weights, config)
+    model_best = actions[_argmax(probs)]
+    posterior_best = actions[_argmax(post, prefer=actions.index(model_best))]
+    avoided = [a for a in actions if a in avoid]
+    open_ = [i for i, a in enumerate(actions) if a not in avoid] or list(range(len(actions)))
+    if len(open_) == len(actions):
+        avoided = []
+    if config.mode == "greedy":
+        chosen = actions[max(open_, key=lambda i: (post[i], i == actions.index(posterior_best), -i))]
+    else:
+        chosen = actions[rng.choices(open_, weights=[post[i] for i in open_])[0]]
+    return PosteriorDecision(
+        actions, probs, dict(memory), weights, post, chosen, model_best, posterior_best, config.mode, config, avoided
+    )
+
+
+def _argmax(values: Sequence[float], prefer: int | None = None) -> int:
+    """Index of the largest value: `prefer` when it ties the largest, else the first."""
+    top = max(values)
+    if prefer is not None and values[prefer] >= top - 1e-12 * max(1.0, abs(top)):
+        return prefer
+    return values.index(top)
+
+
+@dataclass(frozen=True)
+class PosteriorPolicy:
+    """What the agent loop needs to act by the posterior: how to combine, and how sharp the
+    model's softmax over its scored actions is (`pi_model = softmax(score / temperature)`)."""
+
+    config: PosteriorConfig = field(default_factory=PosteriorConfig)
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"the scoring temperature must be > 0, got {self.temperature}")

@@ -1,0 +1,365 @@
+"""Episodic control: action values from the nearest stored states, and the policies using them.
+
+Adapted from Blundell et al. 2016, "Model-Free Episodic Control": instead of a learned
+critic, the value of taking action a in the current state is read from the k stored steps
+of the same task family whose states are nearest (k = `ec_neighbours`):
+
+    Q(s, a) = sum_i w_i * m_i(a) * r_i / sum_i w_i * m_i(a)
+
+    w_i     vote weight of stored step i: (sim_i - s0) / (1 - s0), 0 below s0 =
+            `ec_min_similarity` (a state identical to the query votes with 1)
+    m_i(a)  1 when step i's action is a (same text after `normalise_action`),
+            `ec_partial_weight` when it only shares the verb and the last word
+            ("take brass key" votes for "take iron key"), else 0
+    r_i     what followed step i:
+              invalid action                        -> -ec_invalid_penalty
+              repeated after the same observation   -> -ec_loop_penalty
+              otherwise the larger of
+                the outcome: episode succeeded d steps later -> +gamma^d, failed -> -gamma^d
+                a milestone: a sub-goal reached d' steps later -> ec_subgoal_value * gamma^d'
+            (unfinished episodes do not vote: their outcome is unknown). The milestone term
+            lets a long compound task learn its first steps from failed episodes that got
+            part of the way, which a reward only at the end cannot teach.
+
+`ActionValue.support` is the denominator (how much similar experience stands behind the
+value) and `hint` says it in words for the prompt: "take key -> success 4 of 5". Actions
+are listed best first by the value shrunk toward 0 with `ec_prior_weight` pseudo-support,
+(Q * support) / (support + c), so four successes in five outrank a single lucky vote.
+
+Policies (`--policy`): `choose_mixed` keeps the model's action unless memory's best action
+has support >= `mixed_min_support` and a value at least `mixed_threshold` above the model
+action's (0 when memory knows nothing of it). When the model gives no usable action, repeats
+one already tried in the same situation, or picks one memory confidently values at or below
+`-mixed_threshold`, the memory policy decides instead (a small model's typical failures are
+exactly these: loops and the same wrong move every episode). `choose_memory` takes the best value after
+shrinking each toward an optimistic prior, (Q * support + c * optimism) / (support + c), so
+actions never tried here look slightly good and get explored; ties go to a seeded RNG.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Sequence
+
+from crl.memory.records import StepRecord
+from crl.memory.retrieval.config import RetrievalConfig
+from crl.tasks.actions import normalise_action
+
+@dataclass
+class ActionValue:
+    """Memory's estimate for one admissible action.
+
+    Attributes:
+        action: the admissible action, as the task spells it.
+        value: similarity-weighted discounted outcome in [-1, 1] (module docstring).
+        support: the sum of vote weights behind `value`.
+        n: stored steps that voted.
+        successes / failures: how many of those episodes succeeded / failed.
+        invalid / repeated: votes from invalid or looping stored actions.
+        evidence: ids of the stored steps that voted.
+    """
+
+    action: str
+    value: float
+    support: float
+    n: int
+    successes: int
+    failures: int
+    invalid: int = 0
+    repeated: int = 0
+    evidence: list[str] = field(default_factory=list)
+
+    def shrunk(self, prior: float, weight: float) -> float:
+        """The value pulled toward `prior` as if `weight` more support voted for it."""
+        return (self.value * self.support + weight * prior) / (self.support + weight)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The numbers and the hint, JSON-ready (evidence ids left out: they can be many)."""
+        return {
+            "value": round(self.value, 4),
+            "support": round(self.support, 4),
+            "n": self.n,
+            "successes": self.successes,
+            "failures": self.failures,
+            "invalid": self.invalid,
+            "repeated": self.repeated,
+            "hint": self.hint,
+        }
+
+    @property
+    def hint(self) -> str:
+        """One line for the prompt, e.g. "take key → success 4 of 5"."""
+        from crl.prompts.memory_text import render_action_value
+
+        return render_action_value(self.action, self.successes, self.n, self.invalid, self.repeated)
+
+
+def vote_weight(similarity: float, min_similarity: float) -> float:
+    """(sim - s0) / (1 - s0), clipped to [0, 1]."""
+    return min(1.0, max(0.0, (similarity - min_similarity) / (1.0 - min_similarity)))
+
+
+def step_return(step: StepRecord, config: RetrievalConfig) -> float | None:
+    """What followed a stored step (module docstring); None when its episode never ended."""
+    if step.episode_outcome == "unfinished":
+        return None
+    if not step.valid:
+        return -config.ec_invalid_penalty
+    if step.repeated:
+        return -config.ec_loop_penalty
+    discounted = config.ec_gamma ** (step.steps_to_end or 0)
+    outcome = discounted if step.episode_outcome == "success" else -discounted
+    if step.subgoal_in is None or config.ec_subgoal_value <= 0:
+        return outcome
+    return max(outcome, config.ec_subgoal_value * config.ec_gamma**step.subgoal_in)
+
+
+def _matches(stored: str, by_norm: dict[str, list[str]], by_shape: dict[tuple[str, str], list[str]], partial: float):
+    exact = by_norm.get(stored)
+    if exact:
+        return [(a, 1.0) for a in exact]
+    words = stored.split()
+    if partial <= 0 or len(words) < 2:
+        return []
+    return [(a, partial) for a in by_shape.get((words[0], words[-1]), [])]
+
+
+def action_values(
+    neighbours: Sequence[tuple[StepRecord, float]], admissible: Sequence[str], config: RetrievalConfig
+) -> dict[str, ActionValue]:
+    """Values of the admissible actions from stored steps near the current state.
+
+    Args:
+        neighbours: (stored step, cosine similarity to the current state), any order; only
+            the `config.ec_neighbours` most similar vote.
+        admissible: the actions the task accepts now.
+
+    Returns:
+        The admissible actions that got at least one vote, best first by value shrunk toward
+        0 by `ec_prior_weight` (so one lucky vote does not outrank four out of five).
+    """
+    by_norm: dict[str, list[str]] = {}
+    by_shape: dict[tuple[str, str], list[str]] = {}
+    for a in dict.fromkeys(admissible):
+        norm = normalise_action(a)
+        by_norm.setdefault(norm, []).append(a)
+        words = norm.split()
+        if len(words) >= 2:
+            by_shape.setdefault((words[0], words[-1]), []).append(a)
+    nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
+    acc: dict[str, ActionValue] = {}
+    total: dict[str, float] = {}
+    for step, sim in nearest:
+        w = vote_weight(sim, config.ec_min_similarity)
+        r = step_return(step, config)
+        if w <= 0 or r is None:
+            continue
+        for action, m in _matches(normalise_action(step.action), by_norm, by_shape, config.ec_partial_weight):
+            av = acc.setdefault(action, ActionValue(action, 0.0, 0.0, 0, 0, 0))
+            av.support += w * m
+            total[action] = total.get(action, 0.0) + w * m * r
+            av.n += 1
+            av.successes += step.episode_outcome == "success"
+            av.failures += step.episode_outcome == "failure"
+            av.invalid += not step.valid
+            av.repeated += step.valid and step.repeated
+            av.evidence.append(step.id)
+    for action, av in acc.items():
+        av.value = total[action] / av.support
+    c = config.ec_prior_weight
+    return dict(sorted(acc.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
+
+
+def _lookup(values: dict[str, ActionValue], action: str) -> ActionValue | None:
+    if action in values:
+        return values[action]
+    norm = normalise_action(action)
+    return next((v for k, v in values.items() if normalise_action(k) == norm), None)
+
+
+def choose_mixed(
+    model_action: str | None,
+    values: dict[str, ActionValue],
+    config: RetrievalConfig,
+    explore: Callable[[], tuple[str, str]] | None = None,
+    tried: Collection[str] = (),
+) -> tuple[str | None, str, str]:
+    """The model's action, unless memory holds a confident, clearly better one, or knows the
+    model's action to be a mistake here.
+
+    Args:
+        model_action: what the model chose (None when its reply could not be parsed).
+        values: `action_values` for the current state.
+        explore: the memory policy's choice (`choose_memory`), used when the model gives no
+            usable action, repeats an action already tried in this situation, or picks one
+            that memory confidently values at or below `-mixed_threshold`. Without it those
+            cases fall back to memory's confident best, if any.
+        tried: actions this episode already took after this same observation.
+
+    Returns:
+        (action, decided_by, reason), decided_by "llm" or "memory". With no model action
+        and nothing from memory, the action is None (the caller handles the bad reply).
+    """
+    confident = [v for v in values.values() if v.support >= config.mixed_min_support]
+    best = max(confident, key=lambda v: (v.value, v.support), default=None)
+    mine = _lookup(values, model_action) if model_action is not None else None
+    mistake = None
+    if model_action is None:
+        mistake = "model gave no usable action"
+    elif normalise_action(model_action) in {normalise_action(a) for a in tried}:
+        mistake = f"the model repeats {model_action!r} in this same situation"
+    elif mine is not None and mine.support >= config.mixed_min_support and mine.value <= -config.mixed_threshold:
+        mistake = f"memory knows the model's {model_action!r}: {mine.hint} (value {mine.value:+.2f})"
+    if mistake and explore is not None:
+        action, reason = explore()
+        return action, "memory", f"{mistake}; {reason}"
+    if best is None:
+        return model_action, "llm", "memory has no confident value here"
+    if model_action is None:
+        return best.action, "memory", f"model gave no action; memory: {best.hint} (value {best.value:+.2f})"
+    if mine is best:
+        return model_action, "llm", f"memory agrees: {best.hint}"
+    model_value = mine.value if mine is not None else 0.0
+    margin = best.value - model_value
+    if margin >= config.mixed_threshold:
+        return (
+            best.action,
+            "memory",
+            f"memory: {best.hint} (value {best.value:+.2f}) over the model's {model_action!r} ({model_value:+.2f})",
+        )
+    return model_action, "llm", f"memory's best {best.action!r} is only {margin:+.2f} better (needs {config.mixed_threshold:.2f})"
+
+
+def choose_memory(
+    values: dict[str, ActionValue],
+    admissible: Sequence[str],
+    rng: random.Random,
+    config: RetrievalConfig | None = None,
+    tried: Collection[str] = (),
+) -> tuple[str, str]:
+    """The action memory values most, exploring what it has not tried (`--policy memory`).
+
+    Args:
+        values: `action_values` for the current state.
+        admissible: the actions the task accepts now.
+        rng: breaks ties (seed it for reproducible runs).
+        tried: actions this episode already took after this same observation; each loses
+            `ec_loop_penalty`, so the policy does not walk in circles.
+
+    Returns:
+        (action, reason).
+
+    Raises:
+        ValueError: no admissible actions.
+    """
+    if not admissible:
+        raise ValueError("choose_memory needs the admissible actions; use --policy llm for tasks without them")
+    cfg = config or RetrievalConfig()
+    c, prior = cfg.ec_prior_weight, cfg.ec_optimism
+    done = {normalise_action(a) for a in tried}
+    estimates: list[tuple[float, str, str]] = []
+    for a in dict.fromkeys(admissible):
+        v = _lookup(values, a)
+        est = prior if v is None else v.shrunk(prior, c)
+        why = f"no experience of {a!r} here (prior {prior:+.2f})" if v is None else f"{v.hint} (value {v.value:+.2f})"
+        if normalise_action(a) in done:
+            est -= cfg.ec_loop_penalty
+            why += ", already tried here"
+        estimates.append((est, a, why))
+    top = max(e for e, _, _ in estimates)
+    ties = [(a, why) for e, a, why in estimates if e >= top - 1e-9]
+    action, why = ties[rng.randrange(len(ties))] if len(ties) > 1 else ties[0]
+    return action, f"memory: {why}"
+
+
+# ---- advantages: what the posterior policy reads (agent/posterior.py) ----
+
+
+@dataclass(frozen=True)
+class MemoryAdvantage:
+    """Memory's evidence on one action in the current state.
+
+    Attributes:
+        action: the admissible action.
+        q: what followed this action in the nearest stored states (`ActionValue.value`).
+        baseline: what followed any action from those states (their support-weighted mean return).
+        support: the vote weight behind `q` (`ActionValue.support`).
+        n: stored steps that voted for the action.
+        hint: the evidence in words, e.g. "take key → success 4 of 5".
+    """
+
+    action: str
+    q: float
+    baseline: float
+    support: float
+    n: int = 0
+    hint: str = ""
+
+    @property
+    def advantage(self) -> float:
+        """q - baseline."""
+        return self.q - self.baseline
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready numbers and hint."""
+        return {
+            "q": round(self.q, 4),
+            "baseline": round(self.baseline, 4),
+            "advantage": round(self.advantage, 4),
+            "support": round(self.support, 4),
+            "n": self.n,
+            "hint": self.hint,
+        }
+
+
+def same_purpose(neighbours: Sequence[tuple[StepRecord, float]], task: str) -> list[tuple[StepRecord, float]]:
+    """The neighbours stored while playing `task` (e.g. "keyroom/chest"), so experience of one
+    sub-task never votes on another whose states look alike."""
+    return [(step, sim) for step, sim in neighbours if step.task == task]
+
+
+def state_baseline(neighbours: Sequence[tuple[StepRecord, float]], config: RetrievalConfig) -> tuple[float, float]:
+    """What followed any action from the nearest stored states: (support-weighted mean return, support).
+
+    The same `config.ec_neighbours` nearest steps that vote in `action_values`, each weighted
+    by `vote_weight`, whatever its action; (0, 0) when none votes.
+    """
+    nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
+    total = weight = 0.0
+    for step, sim in nearest:
+        w = vote_weight(sim, config.ec_min_similarity)
+        r = step_return(step, config)
+        if w > 0 and r is not None:
+            total += w * r
+            weight += w
+    return (total / weight if weight else 0.0), weight
+
+
+def memory_advantages(
+    neighbours: Sequence[tuple[StepRecord, float]],
+    admissible: Sequence[str],
+    config: RetrievalConfig,
+    task: str | None = None,
+) -> dict[str, MemoryAdvantage]:
+    """Memory's advantage of each admissible action it has evidence on.
+
+    Args:
+        neighbours: (stored step, cosine similarity to the current state), as the retriever
+            gives them to `action_values`.
+        admissible: the actions the task accepts now.
+        task: when given, only steps stored while playing this task vote (`same_purpose`).
+
+    Returns:
+        Action -> `MemoryAdvantage`, for the actions with at least one vote.
+
+    Example: four neighbours, all from episodes that succeeded two steps later, two of which
+    took "examine door": its q equals the baseline, so its advantage is 0.
+    """
+    if task is not None:
+        neighbours = same_purpose(neighbours, task)
+    baseline, _ = state_baseline(neighbours, config)
+    return {
+        action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint)
+        for action, v in action_values(neighbours, admissible, config).items()
+    }

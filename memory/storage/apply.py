@@ -1,0 +1,316 @@
+"""Applying journal entries to the Chroma view: what each op means for the records.
+
+Every apply is a deterministic function of the view and the entry (times come from the
+entry, never the clock), so replaying the journal in order always produces the same view.
+With `check_applied`, records whose `jseq` shows they already saw the entry are skipped,
+which makes replaying a half-applied entry after a crash safe for non-idempotent ops
+(credit, vote).
+"""
+
+from __future__ import annotations
+
+from crl.memory.errors import BankError
+
+import hashlib
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crl.memory import tags
+from crl.memory.storage.episode_log import read_episodes
+from crl.memory.ingest import EpisodeTags, build_records, episode_as_of
+from crl.memory.storage.journal import JournalEntry
+from crl.memory.records import AnyRecord, EpisodeRecord, RuleRecord, step_record_id, utility_of
+from crl.memory.storage.store import ChromaView, Located, bucket_of
+from crl.memory.trajectory import Episode
+from crl.memory.storage.transfer import read_import
+
+
+class MissingContentError(BankError, RuntimeError):
+    """An ingest entry refers to a run log (or episode in it) that is gone."""
+
+
+def _key(record_id: str, text: str) -> tuple[str, str]:
+    return record_id, hashlib.sha1(text.encode()).hexdigest()
+
+
+class VectorCache:
+    """Embeddings by (record id, text hash), e.g. kept from the view a rebuild replaces."""
+
+    def __init__(self) -> None:
+        self._vectors: dict[tuple[str, str], np.ndarray] = {}
+
+    def add(self, record: AnyRecord, vector: np.ndarray) -> None:
+        self._vectors[_key(record.id, record.text)] = vector
+
+    def get(self, record: AnyRecord) -> np.ndarray | None:
+        return self._vectors.get(_key(record.id, record.text))
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+
+class ContentSource:
+    """Finds the episode an ingest entry is about: inline in the entry, or in its run log."""
+
+    def __init__(self, runs_dir: Path | None, memory_dir: Path, cache_logs: int = 4):
+        self.runs_dir = runs_dir
+        self.memory_dir = memory_dir
+        self._logs: OrderedDict[Path, dict[str, Episode]] = OrderedDict()
+        self._cache_logs = cache_logs
+
+    def log_ref(self, episode: Episode) -> str | None:
+        """The run log (relative to the runs dir) an episode of a real run can be read back from."""
+        if self.runs_dir is None or episode.source != "real":
+            return None
+        rel = f"{episode.run_id}/episodes.jsonl"
+        return rel if (self.runs_dir / rel).exists() else None
+
+    def _log(self, path: Path) -> dict[str, Episode]:
+        if path in self._logs:
+            self._logs.move_to_end(path)
+            return self._logs[path]
+        episodes = {e.episode_id: e for e in read_episodes(path)}
+        self._logs[path] = episodes
+        while len(self._logs) > self._cache_logs:
+            self._logs.popitem(last=False)
+        return episodes
+
+    def forget(self, path: Path) -> None:
+        """Drop a cached log (it grew)."""
+        self._logs.pop(path, None)
+
+    def episode(self, entry: JournalEntry) -> Episode:
+        p = entry.payload
+        if "episode" in p:
+            return Episode.from_dict(p["episode"])
+        if self.runs_dir is None:
+            raise MissingContentError(f"episode {p['episode_id']}: no runs directory to read {p['log']} from")
+        path = self.runs_dir / p["log"]
+        if not path.exists():
+            raise MissingContentError(f"episode {p['episode_id']}: run log {path} is missing")
+        ep = self._log(path).get(p["episode_id"])
+        if ep is None or len(ep.steps) < int(p["n_steps"]) or (p["finished"] and not ep.finished):
+            self.forget(path)  # the log grew since it was cached
+            ep = self._log(path).get(p["episode_id"])
+        if ep is None:
+            raise MissingContentError(f"episode {p['episode_id']} is not in {path}")
+        return ep
+
+
+def merge_curation(new: AnyRecord, old: AnyRecord) -> AnyRecord:
+    """`new` (rebuilt from content) keeping what curation and use did to `old`."""
+    keep: dict[str, Any] = {
+        "tier": old.tier,
+        "tags": old.tags,
+        "use_count": old.use_count,
+        "use_successes": old.use_successes,
+        "utility": old.utility,
+        "last_used_at": old.last_used_at,
+    }
+    if old.use_count > 0:
+        keep["value"] = old.value
+    return new.model_copy(update=keep)
+
+
+class Materializer:
+    """Applies journal entries to a `ChromaView`."""
+
+    def __init__(self, view: ChromaView, embedder: Any, content: ContentSource):
+        self.view = view
+        self.embedder = embedder
+        self.content = content
+        self.cache = VectorCache()
+
+    def vectors(self, records: list[AnyRecord], known: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """Embeddings of records: from `known` (by id), the cache, else embedded now in one batch."""
+        known = known or {}
+        out: list[np.ndarray | None] = []
+        missing: list[int] = []
+        for i, r in enumerate(records):
+            v = known.get(r.id)
+            if v is None:
+                v = self.cache.get(r)
+            out.append(v)
+            if v is None:
+                missing.append(i)
+        if missing:
+            fresh = self.embedder.embed([records[i].text for i in missing])
+            for i, v in zip(missing, fresh):
+                out[i] = v
+        if not out:
+            return np.zeros((0, 1), dtype=np.float32)
+        return np.stack(out).astype(np.float32)
+
+    def apply(
+        self,
+        entry: JournalEntry,
+        check_applied: bool,
+        episode: Episode | None = None,
+        vectors: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        """Apply one entry. `episode` and `vectors` spare an ingest re-reading and re-embedding."""
+        handler = getattr(self, f"_{entry.op}", None)
+        if handler is None:
+            raise ValueError(f"cannot apply journal op {entry.op!r}")
+        if entry.op == "ingest":
+            self._ingest(entry, check_applied, episode, vectors)
+        else:
+            handler(entry, check_applied)
+
+    # ---- ops ----------------------------------------------------------------------------
+
+    def _ingest(
+        self,
+        entry: JournalEntry,
+        check_applied: bool,
+        episode: Episode | None,
+        vectors: dict[str, np.ndarray] | None,
+    ) -> None:
+        p = entry.payload
+        ep = episode if episode is not None else self.content.episode(entry)
+        ep = episode_as_of(ep, int(p["n_steps"]), bool(p["finished"]))
+        t = EpisodeTags(list(p["novelty"]), list(p["step_values"]), float(p["value"]))
+        ep_rec, steps = build_records(ep, t, int(p["history_steps"]), now=entry.time)
+        ep_rec = ep_rec.model_copy(update={"source": p.get("source", ep_rec.source)})
+        steps = [s.model_copy(update={"source": ep_rec.source}) for s in steps]
+        located: dict[str, Located] = {}
+        if p.get("prior") or check_applied:
+            wanted = [ep_rec.id] + ([s.id for s in steps] if p.get("prior") else [])
+            located = self.view.locate(wanted)
+            old_ep = located.get(ep_rec.id)
+            if check_applied and old_ep is not None and old_ep.jseq >= entry.seq:
+                return
+        old_episode = located.get(ep_rec.id)
+        if old_episode is not None:
+            ep_rec = merge_curation(ep_rec, old_episode.record)
+            # steps new to a pinned or quarantined episode join it in its tier
+            steps = [s.model_copy(update={"tier": ep_rec.tier}) for s in steps]
+        records: list[AnyRecord] = [merge_curation(s, located[s.id].record) if s.id in located else s for s in steps]
+        # steps first, the episode last: an episode record with this jseq means all its steps landed
+        self.view.put(records, self.vectors(records, vectors), entry.seq)
+        self.view.put([ep_rec], self.vectors([ep_rec], vectors), entry.seq)
+        self._drop_stale(records + [ep_rec], located)
+
+    def _import(self, entry: JournalEntry, check_applied: bool) -> None:
+        path = self.content.memory_dir / entry.payload["file"]
+        records = read_import(path, max_line_bytes=1 << 62, max_field_chars=1 << 62)
+        if check_applied:
+            located = self.view.locate([r.id for r in records])
+            records = [r for r in records if r.id not in located or located[r.id].jseq < entry.seq]
+        located = self.view.locate([r.id for r in records]) if records else {}
+        chunk = 4096
+        for start in range(0, len(records), chunk):
+            part = records[start : start + chunk]
+            self.view.put(part, self.vectors(part), entry.seq)
+        self._drop_stale(records, located)
+
+    def _drop_stale(self, written: list[AnyRecord], located: dict[str, Located]) -> None:
+        """Delete the old copies of records that were just written to a different bucket."""
+        by_col: dict[str, list[str]] = {}
+        for r in written:
+            loc = located.get(r.id)
+            if loc is not None and loc.collection != self.view.name_of(r.kind, r.family, bucket_of(r)):
+                by_col.setdefault(loc.collection, []).append(r.id)
+        for name, ids in by_col.items():
+            self.view.delete_from(name, ids)
+
+    def _with_steps(self, ids: list[str]) -> dict[str, Located]:
+        """Locate records; an episode brings its steps along."""
+        found = self.view.locate(ids)
+        step_ids = []
+        for rid, loc in found.items():
+            if isinstance(loc.record, EpisodeRecord):
+                step_ids += [step_record_id(loc.record.family, loc.record.episode_id, i) for i in range(loc.record.length)]
+        if step_ids:
+            found.update(self.view.locate(step_ids))
+        return found
+
+    def _change(self, entry: JournalEntry, located: dict[str, Located], check_applied: bool, update) -> None:
+        changes = []
+        for loc in located.values():
+            if check_applied and loc.jseq >= entry.seq:
+                continue
+            new = update(loc.record)
+            if new is not None:
+                changes.append((loc, new.model_copy(update={"updated_at": entry.time})))
+        self.view.update(changes, entry.seq)
+
+    def _tag(self, entry: JournalEntry, check_applied: bool) -> None:
+        add = list(entry.payload["tags"])
+        self._change(entry, self.view.locate(entry.ids), check_applied,
+                     lambda r: r.model_copy(update={"tags": sorted(set(r.tags) | set(add))}))
+
+    def _untag(self, entry: JournalEntry, check_applied: bool) -> None:
+        drop = set(entry.payload["tags"])
+        self._change(entry, self.view.locate(entry.ids), check_applied,
+                     lambda r: r.model_copy(update={"tags": [t for t in r.tags if t not in drop]}))
+
+    def _tier(self, entry: JournalEntry, check_applied: bool) -> None:
+        tier = entry.payload["tier"]
+        self._change(entry, self._with_steps(entry.ids), check_applied, lambda r: r.model_copy(update={"tier": tier}))
+
+    def _rm(self, entry: JournalEntry, check_applied: bool) -> None:
+        found = self._with_steps(entry.ids)
+        self.view.delete(list(found))
+
+    def _credit(self, entry: JournalEntry, check_applied: bool) -> None:
+        p = entry.payload
+        success = bool(p["success"])
+        target = float(p["target"])
+        alpha = float(p["alpha"])
+
+        def credit(r: AnyRecord) -> AnyRecord:
+            uses, wins = r.use_count + 1, r.use_successes + int(success)
+            return r.model_copy(update={
+                "use_count": uses,
+                "use_successes": wins,
+                "utility": utility_of(uses, wins),
+                "value": tags.ema_update(r.value, target, alpha),
+                "last_used_at": entry.time,
+            })
+
+        self._change(entry, self.view.locate(entry.ids), check_applied, credit)
+
+    def _rule_add(self, entry: JournalEntry, check_applied: bool) -> None:
+        rule = RuleRecord.model_validate(entry.payload["record"])
+        if check_applied:
+            loc = self.view.locate([rule.id]).get(rule.id)
+            if loc is not None and loc.jseq >= entry.seq:
+                return
+        self.view.put([rule], self.vectors([rule]), entry.seq)
+
+    def _rule_edit(self, entry: JournalEntry, check_applied: bool) -> None:
+        loc = self.view.locate(entry.ids).get(entry.ids[0])
+        if loc is None or (check_applied and loc.jseq >= entry.seq):
+            return
+        p = entry.payload
+        rule = _traced(loc.record, p).model_copy(update={
+            "text": p["text"],
+            "score": loc.record.score + float(p.get("delta", 0.0)),
+            "updated_at": entry.time,
+        })
+        self.view.put([rule], self.vectors([rule]), entry.seq)
+
+    def _rule_vote(self, entry: JournalEntry, check_applied: bool) -> None:
+        p = entry.payload
+        delta = float(p["delta"])
+        self._change(entry, self.view.locate(entry.ids), check_applied,
+                     lambda r: _traced(r, p).model_copy(update={"score": r.score + delta}) if isinstance(r, RuleRecord) else None)
+
+
+RULE_TRACE_LIMIT = 50  # provenance and reflection ids kept per rule (the journal keeps them all)
+
+
+def _traced(rule: AnyRecord, payload: dict[str, Any]) -> AnyRecord:
+    """A rule with the episode ids and reflection run of a rule_edit / rule_vote entry added."""
+    if not isinstance(rule, RuleRecord):
+        return rule
+    update: dict[str, Any] = {}
+    if payload.get("provenance"):
+        update["provenance"] = list(dict.fromkeys(rule.provenance + list(payload["provenance"])))[-RULE_TRACE_LIMIT:]
+    if payload.get("reflection"):
+        update["reflections"] = list(dict.fromkeys(rule.reflections + [payload["reflection"]]))[-RULE_TRACE_LIMIT:]
+    return rule.model_copy(update=update) if update else rule

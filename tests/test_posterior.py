@@ -1,0 +1,198 @@
+"""The posterior policy: model prior x exp(lambda * advantage / alpha), and memory's advantages."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from crl.agent.posterior import (
+    MemoryAdvantage,
+    PosteriorConfig,
+    decide,
+    memory_advantages,
+    memory_weight,
+    posterior_probs,
+    state_baseline,
+)
+from crl.memory.retrieval.config import RetrievalConfig
+from tests.retrieval_fixtures import step_record
+
+CFG = RetrievalConfig()
+PRIOR = {"take key": 0.5, "go north": 0.3, "look": 0.2}
+
+
+def _votes(*specs):
+    """(action, outcome, steps_to_end, similarity) -> neighbours."""
+    return [
+        (step_record(f"e{n}", 0, action, outcome, length=to_end + 1), sim)
+        for n, (action, outcome, to_end, sim) in enumerate(specs)
+    ]
+
+
+def _adv(action, advantage, support):
+    return MemoryAdvantage(action, q=advantage, baseline=0.0, support=support)
+
+
+# --- the formula ----------------------------------------------------------------------------
+
+
+def test_hand_computed_posterior():
+    config = PosteriorConfig(beta=1.0, alpha=0.25)
+    post = posterior_probs([0.8, 0.2], [0.0, 1.0], [0.0, 0.5], config)
+    z = 0.8 + 0.2 * math.e**2
+    assert post == pytest.approx([0.8 / z, 0.2 * math.e**2 / z])
+    assert post == pytest.approx([0.351, 0.649], abs=1e-3)
+
+
+def test_beta_sharpens_or_flattens_the_prior():
+    sharp = posterior_probs([0.6, 0.4], [0, 0], [0, 0], PosteriorConfig(beta=2.0))
+    assert sharp == pytest.approx([0.36 / 0.52, 0.16 / 0.52])
+    flat = posterior_probs([0.6, 0.4], [0, 0], [0, 0], PosteriorConfig(beta=0.0))
+    assert flat == pytest.approx([0.5, 0.5])
+
+
+def test_beta_zero_lets_memory_alone_decide_but_keeps_impossible_actions_impossible():
+    config = PosteriorConfig(beta=0.0, alpha=1.0)
+    post = posterior_probs([0.9, 0.1, 0.0], [0.0, 1.0, 5.0], [1.0, 1.0, 1.0], config)
+    assert post[2] == 0.0
+    assert post[:2] == pytest.approx([1 / (1 + math.e), math.e / (1 + math.e)])
+
+
+def test_large_alpha_leaves_the_prior():
+    post = posterior_probs([0.7, 0.3], [-1.0, 1.0], [1.0, 1.0], PosteriorConfig(alpha=math.inf))
+    assert post == pytest.approx([0.7, 0.3])
+
+
+def test_small_alpha_follows_memory():
+    post = posterior_probs([0.99, 0.01], [0.0, 0.5], [0.0, 0.9], PosteriorConfig(alpha=0.01))
+    assert post[1] > 0.999
+
+
+def test_memory_weight_grows_with_support_and_is_zero_without():
+    assert memory_weight(0.0, 1.0) == 0.0
+    assert memory_weight(1.0, 1.0) == pytest.approx(0.5)
+    assert memory_weight(3.0, 1.0) == pytest.approx(0.75)
+    assert memory_weight(0.5, 1.0) < memory_weight(2.0, 1.0) < 1.0
+
+
+def test_bad_settings_say_what_is_allowed():
+    with pytest.raises(ValueError, match="alpha"):
+        PosteriorConfig(alpha=0.0)
+    with pytest.raises(ValueError, match="beta"):
+        PosteriorConfig(beta=-1.0)
+    with pytest.raises(ValueError, match="mode"):
+        PosteriorConfig(mode="best")  # type: ignore[arg-type]
+
+
+# --- decisions ------------------------------------------------------------------------------
+
+
+def test_no_support_leaves_the_models_distribution_unchanged():
+    nothing = decide(PRIOR, {}, PosteriorConfig())
+    assert nothing.posterior == pytest.approx(list(PRIOR.values()))
+    unsupported = {"look": _adv("look", 2.0, 0.0)}
+    same = decide(PRIOR, unsupported, PosteriorConfig())
+    assert same.posterior == pytest.approx(list(PRIOR.values()))
+    assert same.chosen == "take key" and not same.memory_changed_argmax and same.decided_by == "llm"
+
+
+def test_confident_memory_overrides_the_argmax_and_the_record_says_so():
+    memory = {"look": _adv("look", 0.8, 4.0), "take key": _adv("take key", -0.5, 4.0)}
+    decision = decide(PRIOR, memory, PosteriorConfig(alpha=0.25, support_scale=1.0))
+    logits = {a: math.log(p) for a, p in PRIOR.items()}
+    logits["look"] += 0.8 * 0.8 / 0.25
+    logits["take key"] += 0.8 * -0.5 / 0.25
+    z = sum(math.exp(v) for v in logits.values())
+    assert decision.posterior == pytest.approx([math.exp(logits[a]) / z for a in PRIOR])
+    assert decision.chosen == "look" and decision.model_best == "take key"
+    assert decision.memory_changed_argmax and decision.decided_by == "memory"
+    record = decision.to_dict()
+    assert record["memory_changed_argmax"] is True
+    assert record["actions"]["look"]["lambda"] == pytest.approx(0.8)
+    assert record["actions"]["look"]["memory"]["advantage"] == pytest.approx(0.8)
+    assert "memory" not in record["actions"]["go north"]
+    assert "overrode the model's 'take key'" in decision.reason
+
+
+def test_thin_memory_does_not_override_a_clear_model_preference():
+    memory = {"look": _adv("look", 0.3, 0.2)}
+    decision = decide({"take key": 0.9, "look": 0.1}, memory, PosteriorConfig())
+    assert decision.chosen == "take key" and not decision.memory_changed_argmax
+
+
+def test_sampling_is_seeded_and_follows_the_posterior():
+    config = PosteriorConfig(mode="sample")
+    memory = {"go north": _adv("go north", 0.5, 2.0)}
+    first = [decide(PRIOR, memory, config, random.Random(7)).chosen for _ in range(3)]
+    assert len(set(first)) == 1
+    rng = random.Random(0)
+    draws = [decide(PRIOR, memory, config, rng).chosen for _ in range(4000)]
+    expected = decide(PRIOR, memory, PosteriorConfig()).posterior
+    for action, p in zip(PRIOR, expected):
+        assert draws.count(action) / len(draws) == pytest.approx(p, abs=0.03)
+    with pytest.raises(ValueError, match="rng"):
+        decide(PRIOR, memory, config)
+
+
+def test_ties_keep_the_models_choice():
+    memory = {"go north": _adv("go north", 0.0, 5.0)}
+    decision = decide({"go north": 0.5, "take key": 0.5}, memory, PosteriorConfig())
+    assert decision.model_best == decision.posterior_best == "go north"
+
+
+# --- memory's advantages --------------------------------------------------------------------
+
+
+def test_an_action_that_merely_cooccurs_with_success_has_no_advantage():
+    neighbours = _votes(
+        ("examine door", "success", 2, 1.0),
+        ("examine door", "success", 2, 1.0),
+        ("take key", "success", 2, 1.0),
+        ("look", "success", 2, 1.0),
+    )
+    adv = memory_advantages(neighbours, ["examine door", "take key", "look"], CFG)
+    assert adv["examine door"].q == pytest.approx(0.81)
+    assert adv["examine door"].advantage == pytest.approx(0.0)
+    assert adv["examine door"].support == pytest.approx(2.0)
+    decision = decide({"examine door": 0.2, "take key": 0.5, "look": 0.3}, adv, PosteriorConfig())
+    assert decision.posterior == pytest.approx([0.2, 0.5, 0.3])
+
+
+def test_advantage_is_what_followed_the_action_minus_what_followed_any_action():
+    neighbours = _votes(
+        ("take key", "success", 1, 1.0),
+        ("look", "failure", 1, 1.0),
+        ("look", "failure", 1, 1.0),
+        ("drop coin", "failure", 1, 1.0),
+    )
+    baseline, support = state_baseline(neighbours, CFG)
+    assert support == pytest.approx(4.0)
+    assert baseline == pytest.approx((0.9 - 3 * 0.9) / 4)
+    adv = memory_advantages(neighbours, ["take key", "look"], CFG)
+    assert adv["take key"].advantage == pytest.approx(0.9 - baseline)
+    assert adv["look"].advantage == pytest.approx(-0.9 - baseline)
+    assert "drop coin" not in adv
+
+
+def test_far_neighbours_give_no_support_and_no_baseline():
+    neighbours = _votes(("take key", "success", 0, CFG.ec_min_similarity - 0.1))
+    assert state_baseline(neighbours, CFG) == (0.0, 0.0)
+    assert memory_advantages(neighbours, ["take key"], CFG) == {}
+
+
+def test_experience_of_another_task_does_not_vote():
+    key_moves = [
+        (step.model_copy(update={"task": "keyroom/key"}), sim)
+        for step, sim in _votes(*[("take key", "success", 0, 1.0)] * 3)
+    ]
+    chest = [
+        (step.model_copy(update={"task": "keyroom/chest"}), sim)
+        for step, sim in _votes(("open chest", "success", 0, 1.0), ("take key", "failure", 3, 0.9))
+    ]
+    adv = memory_advantages(key_moves + chest, ["take key", "open chest"], CFG, task="keyroom/chest")
+    assert adv["take key"].n == 1 and adv["take key"].q < 0
+    assert adv["open chest"].advantage > 0
+    unconditioned = memory_advantages(key_moves + chest, ["take key", "open chest"], CFG)
+    assert unconditioned["take key"].n == 4

@@ -1,0 +1,115 @@
+"""The posterior policy in the agent loop: scored actions, memory's advantages, repeats avoided."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from crl.agent.app import start_run, uses_react
+from crl.agent.config import load_settings
+from crl.agent.llm.scripted import SCRIPTED_MISS_LOGPROB, ScriptedModel
+from crl.agent.posterior import PosteriorConfig, decide
+from crl.memory.retrieval.episodic_control import MemoryAdvantage
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import fold_seeds
+
+
+def settings_for(home, bank: bool = False, **agent):
+    agent = {"policy": "posterior", "parallel": 1} | agent
+    return load_settings({"home": str(home), "agent": agent, "memory": {"enabled": bank}, "reflect": {"enabled": False}})
+
+
+def test_scripted_scores_prefer_the_scripted_action_and_accept_exact_tables():
+    model = ScriptedModel([" Action: take key", json.dumps({"look": -1.0, "go north": -2.0})])
+    dists = model.score_actions([[{"role": "user", "content": "a b"}]] * 2, [["look", "take key"], ["look", "go north"]])
+    assert dists[0].best == "take key" and dists[0].scores[0].mean_logprob == SCRIPTED_MISS_LOGPROB
+    assert dists[1].probs == pytest.approx([0.7311, 0.2689], abs=1e-4)
+    assert dists[0].prompt_tokens == 2 and len(model.calls) == 1
+
+
+def test_the_posterior_policy_scores_instead_of_generating(crl_home):
+    seeds = fold_seeds("keyroom/key", "train", 3)
+    model = ScriptedModel([f" {a}" for s in seeds for a in solve(s, "key")])
+    result = start_run(settings_for(crl_home), "keyroom/key", 3, model=model)
+    assert result.summary.successes == 3
+    steps = [st for ep in result.episodes for st in ep.steps]
+    assert all(st.valid for st in steps)
+    assert {st.decided_by for st in steps} == {"llm"}
+    first = steps[0]
+    assert first.extra.policy.posterior["chosen"] == first.action
+    assert set(first.extra.policy.posterior["actions"]) == set(first.admissible_actions)
+    assert all(call.config.max_new_tokens == 0 for call in model.calls)  # scored, never generated
+    assert result.stats.scored_decisions == len(steps)
+
+
+def test_a_repeated_argmax_is_avoided_by_the_posterior_not_replaced_at_random(crl_home):
+    model = ScriptedModel(lambda messages: json.dumps({"look": 0.0, "inventory": -1.0}))
+    result = start_run(settings_for(crl_home, max_steps=4), "keyroom/key", 1, model=model)
+    steps = result.episodes[0].steps
+    assert steps[0].action == "look" and steps[0].decided_by == "llm"
+    pairs = [(st.observation, st.action) for st in steps]
+    assert len(set(pairs)) == len(pairs)  # never the same action twice in the same situation
+    avoided = [st for st in steps if st.decided_by == "repeat-avoidance"]
+    assert avoided and avoided[0].action == "inventory"
+    assert avoided[0].extra.policy.posterior["avoided"] == ["look"] and avoided[0].extra.loop_break is None
+
+
+def test_memory_overrides_the_model_where_it_knows_better(crl_home):
+    """Play a seed twice: first with a model that prefers looking around (by one nat) and fails,
+    then with the solver (both stored); a third play with the looking model is steered onto the
+    solver's moves by memory's advantages."""
+    seed = fold_seeds("keyroom/key", "train", 1)[0]
+    plan = solve(seed, "key")
+    mem = settings_for(crl_home, bank=True, memory="off", max_steps=len(plan) + 2)
+    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in plan}))
+    start_run(mem, "keyroom/key", 1, model=looker)
+    start_run(mem, "keyroom/key", 1, model=ScriptedModel([f" {a}" for a in plan]))
+    again = start_run(mem, "keyroom/key", 1, model=looker)
+    ep = again.episodes[0]
+    assert ep.success
+    overrides = [st for st in ep.steps if st.extra.policy.posterior["memory_changed_argmax"]]
+    assert overrides and overrides[0].decided_by == "memory"
+    evidence = overrides[0].extra.policy.posterior["actions"][overrides[0].action]["memory"]
+    assert evidence["advantage"] > 0 and evidence["support"] > 0
+
+
+def test_posterior_prompts_are_primed_with_action_not_thought(crl_home):
+    assert uses_react(load_settings({"agent": {"policy": "posterior", "reply_format": "react"}})) is False
+    assert uses_react(load_settings({"agent": {"policy": "mixed", "reply_format": "react"}})) is True
+
+
+def test_decide_chooses_among_untried_actions_and_keeps_the_posterior():
+    probs = {"look": 0.7, "take key": 0.2, "go north": 0.1}
+    d = decide(probs, {}, PosteriorConfig(), avoid={"look"})
+    assert d.chosen == "take key" and d.avoided == ["look"] and d.decided_by == "repeat-avoidance"
+    assert d.posterior == pytest.approx([0.7, 0.2, 0.1])
+    every = decide(probs, {}, PosteriorConfig(), avoid=set(probs))
+    assert every.chosen == "look" and every.avoided == []
+    memory = {"go north": MemoryAdvantage("go north", q=1.0, baseline=0.0, support=3.0)}
+    steered = decide(probs, memory, PosteriorConfig(), avoid={"look"})
+    assert steered.chosen == "go north" and steered.decided_by == "memory"
+    sampled = decide(probs, {}, PosteriorConfig(mode="sample"), random.Random(0), avoid={"look"})
+    assert sampled.chosen != "look"
+
+
+def test_the_run_report_counts_memory_overrides_and_explain_shows_the_posterior(crl_home):
+    from rich.console import Console
+
+    from crl.agent.explain import render_explanation
+
+    seed = fold_seeds("keyroom/key", "train", 1)[0]
+    plan = solve(seed, "key")
+    mem = settings_for(crl_home, bank=True, memory="off", max_steps=len(plan) + 2)
+    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in plan}))
+    start_run(mem, "keyroom/key", 1, model=looker)
+    start_run(mem, "keyroom/key", 1, model=ScriptedModel([f" {a}" for a in plan]))
+    report = start_run(mem, "keyroom/key", 1, model=looker).report()
+    assert report["memory_overrides"] >= 1 and report["override_win_rate"] == 1.0
+    assert 0 < report["override_rate"] <= 1
+    console = Console(record=True, width=160)
+    result = start_run(mem, "keyroom/key", 1, model=looker)
+    render_explanation(console, result.episodes[0])
+    text = console.export_text()
+    assert "posterior (beta 1, alpha 0.25" in text and "chosen" in text and "model's argmax" in text
