@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from crl.memory.actors import actor_key
 from crl.memory.records import EpisodeRecord, StepRecord
 from crl.memory.retrieval.credit import credit_episode
 from crl.memory.retrieval.episodic_control import (
@@ -21,6 +22,7 @@ from crl.memory.retrieval.retriever import ContextPack, RetrievalQuery, Retrieve
 from crl.memory.trajectory import Episode
 from crl.prompts.budget import BudgetItem
 from crl.prompts.memory_text import CaseView, render_action_value, render_case, render_hint
+from crl.tasks.actions import normalise_action
 
 MemoryMode = Literal["off", "cases", "steps", "full"]
 Policy = Literal["llm", "memory", "mixed", "posterior"]
@@ -121,6 +123,14 @@ class MemoryAdvisor:
             return {}
         return memory_advantages(pack.neighbours, admissible, self.retriever.config, task=task if same_task else None)
 
+    def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:
+        """The stored steps whose votes make memory's advantage for `action` here (credited when
+        the episode ends, like the memories a prompt used)."""
+        wanted = normalise_action(action)
+        pool = [(step, sim) for step, sim in pack.neighbours if task is None or step.task == task]
+        nearest = sorted(pool, key=lambda n: (-n[1], n[0].id))[: self.retriever.config.ec_neighbours]
+        return [step.id for step, _ in nearest if normalise_action(step.action) == wanted]
+
     def wants_model(self, admissible: Sequence[str] | None) -> bool:
         """Whether the model is asked at all (the memory policy acts alone where it can)."""
         return not (self.policy == "memory" and admissible)
@@ -153,4 +163,11 @@ class MemoryAdvisor:
             return
         ids = [i for i in dict.fromkeys(used_ids) if not i.startswith(ACTION_VALUE_KEY)]
         if ids:
-            credit_episode(self.bank, episode.success, episode.family, ids, actor=f"run:{episode.run_id}")
+            credit_episode(
+                self.bank,
+                episode.success,
+                episode.family,
+                ids,
+                actor=f"run:{episode.run_id}",
+                model_actor=actor_key(episode.model, episode.adapter),
+            )

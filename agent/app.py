@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from crl.agent.advisor import MemoryAdvisor
-from crl.agent.random_actor import RandomActor
-from crl.agent.reflect import make_reflector
 from crl.agent.config import Settings
 from crl.agent.llm.base import ChatModel, GenerationConfig
 from crl.agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
+from crl.agent.random_actor import RandomActor
+from crl.agent.reflect import make_reflector
 from crl.agent.runner import EpisodePlan, Progress, Runner, RunnerStats
 from crl.agent.runs import RunInfo, RunStore, RunSummary, find_run, new_run_id, run_stores, summarise
 from crl.agent.session import DEFAULT_STOP, LoopConfig
-from crl.memory.storage.episode_log import EpisodeLog
 from crl.memory.retrieval.retriever import Retriever
+from crl.memory.storage.episode_log import EpisodeLog
 from crl.memory.trajectory import Episode
 from crl.prompts.render import templates_hash
 from crl.tasks.evaluation import wilson_interval
@@ -41,8 +41,11 @@ class RunResult:
         s = self.summary
         lo, hi = wilson_interval(s.successes, s.finished)
         steps = [len(e.steps) for e in self.episodes if e.finished]
-        scores = [float(e.steps[-1].info["score"]) for e in self.episodes
-                  if e.finished and e.steps and isinstance(e.steps[-1].info.get("score"), (int, float))]
+        scores = [
+            float(e.steps[-1].info["score"])
+            for e in self.episodes
+            if e.finished and e.steps and isinstance(e.steps[-1].info.get("score"), (int, float))
+        ]
         wall = max(self.stats.wall_seconds, 1e-9)
         return {
             "run_id": self.info.run_id,
@@ -59,8 +62,12 @@ class RunResult:
             "loop_breaks": sum(1 for e in self.episodes for st in e.steps if st.extra.loop_break is not None),
             "decided_by": dict(Counter(st.decided_by for e in self.episodes for st in e.steps)),
             **override_report(self.episodes),
-            "prompt_tokens_per_call": self.stats.prompt_tokens / self.stats.model_calls if self.stats.model_calls else 0.0,
-            "retrieval_ms_per_step": 1000 * self.stats.retrieval_seconds / self.stats.steps if self.stats.steps else 0.0,
+            "prompt_tokens_per_call": self.stats.prompt_tokens / self.stats.model_calls
+            if self.stats.model_calls
+            else 0.0,
+            "retrieval_ms_per_step": 1000 * self.stats.retrieval_seconds / self.stats.steps
+            if self.stats.steps
+            else 0.0,
             "steps_per_s": self.stats.steps / wall,
             "generated_tokens_per_s": self.stats.generated_tokens / wall,
             "wall_seconds": self.stats.wall_seconds,
@@ -70,8 +77,13 @@ class RunResult:
 def override_report(episodes: list[Episode]) -> dict:
     """How often memory changed the posterior policy's choice away from the model's argmax, and how
     often the episodes where it did went on to succeed (its win rate); empty without such steps."""
-    scored = [(e, st) for e in episodes if e.finished for st in e.steps
-              if st.extra.policy is not None and st.extra.policy.posterior]
+    scored = [
+        (e, st)
+        for e in episodes
+        if e.finished
+        for st in e.steps
+        if st.extra.policy is not None and st.extra.policy.posterior
+    ]
     if not scored:
         return {}
     overrides = [(e, st) for e, st in scored if st.extra.policy.posterior.get("memory_changed_argmax")]
@@ -140,6 +152,32 @@ def open_bank(settings: Settings, actor: str | None = None):
     from crl.memory.bank import ExperienceBank
 
     return ExperienceBank(settings.memory_dir, runs_dir=settings.runs_dir, config=settings.memory, actor=actor)
+
+
+def retrieval_for(settings: Settings):
+    """The retrieval settings of a run: with no memory in prompts (`agent.memory = "off"`) only the
+    nearest steps are fetched (for action values), not the cases, hints and rules nobody reads."""
+    if settings.agent.memory != "off":
+        return settings.retrieval
+    return settings.retrieval.model_copy(update={"k_success": 0, "k_failure": 0, "k_hints": 0, "k_rules": 0})
+
+
+def scoring_report(model: ChatModel) -> dict:
+    """How `model` scored actions: a served model's method and counts, or the local log-likelihoods."""
+    report = getattr(model, "scoring_report", None)
+    return report() if callable(report) else {"method": "log-likelihood", "where": type(model).__name__}
+
+
+def realign_memory(settings: Settings, bank) -> None:
+    """Decay the credit that actors older than the promoted one left in the bank (once per
+    promotion or rollback; `memory.actor_decay`), so experience credited under a weaker actor
+    does not dominate the one now playing."""
+    from crl.finetune.registry import AdapterRegistry, base_model_key
+    from crl.memory.retrieval.actor_decay import decay_older_actors
+
+    change = AdapterRegistry.of(settings.home).last_change(base_model_key(settings.llm.model))
+    if change is not None and bank.config.actor_decay > 0:
+        decay_older_actors(bank, change.key, change.model_actor, actor=f"{change.op}:{change.adapter or 'base'}")
 
 
 def loaded_adapter(model: ChatModel) -> str | None:
@@ -226,7 +264,11 @@ def _as_started(settings: Settings, info: RunInfo) -> Settings:
     """The settings a run was started with, for what shapes its episodes (the agent loop's
     guards and format, retrieval), so a resumed run plays by the same rules."""
     started = info.settings or {}
-    update = {key: type(getattr(settings, key)).model_validate(started[key]) for key in ("agent", "retrieval") if key in started}
+    update = {
+        key: type(getattr(settings, key)).model_validate(started[key])
+        for key in ("agent", "retrieval")
+        if key in started
+    }
     return settings.model_copy(update=update)
 
 
@@ -248,10 +290,11 @@ def _execute(
         advisor = None
         if bank is not None and learns:
             bank.sync()
+            realign_memory(settings, bank)
         if bank is not None and in_loop:
             advisor = MemoryAdvisor(
                 bank,
-                Retriever(bank, settings.retrieval, seed=info.seeds[0] if info.seeds else 0),
+                Retriever(bank, retrieval_for(settings), seed=info.seeds[0] if info.seeds else 0),
                 mode=settings.agent.memory,
                 policy=settings.agent.policy,
                 learn=learns,
@@ -277,6 +320,7 @@ def _execute(
                 posterior=settings.agent.posterior.policy() if settings.agent.policy == "posterior" else None,
             )
             stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
+        info.scoring = scoring_report(model) if stats.scored_decisions else None
     finally:
         if bank is not None:
             bank.close()

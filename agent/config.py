@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
-from crl.finetune.config import FinetuneConfig
-from crl.memory.config import MemoryConfig
-from crl.memory.reflection.config import ReflectorConfig
-from crl.memory.retrieval.config import RetrievalConfig
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from crl.finetune.config import FinetuneConfig
+from crl.memory.config import MemoryConfig
+from crl.memory.reflection.config import ReflectorConfig
+from crl.memory.retrieval.config import RetrievalConfig
 
 ENV_PREFIX = "CRL_"
 NESTED_DELIMITER = "__"
@@ -64,7 +65,9 @@ class PosteriorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     beta: float = Field(1.0, ge=0, description="Exponent of the model's prior; 0 ignores the model.")
-    alpha: float = Field(0.25, gt=0, description="Memory's temperature: an advantage of alpha multiplies the odds by e.")
+    alpha: float = Field(
+        0.25, gt=0, description="Memory's temperature: an advantage of alpha multiplies the odds by e."
+    )
     support_scale: float = Field(
         1.0, gt=0, description="Support at which memory's evidence counts half (lambda = support / (support + this))."
     )
@@ -98,9 +101,7 @@ class AgentSettings(BaseModel):
     max_prompt_tokens: int = Field(
         1024, description="Token budget of one step's prompt; memory items are fitted into what is left."
     )
-    max_observation_tokens: int = Field(
-        400, description="Observations longer than this are shortened in the prompt."
-    )
+    max_observation_tokens: int = Field(400, description="Observations longer than this are shortened in the prompt.")
     parallel: int = Field(8, description="Episodes played at once, their prompts batched together.")
     reply_format: Literal["auto", "react", "action"] = Field(
         "auto",
@@ -112,9 +113,7 @@ class AgentSettings(BaseModel):
         description="Replace a reply the model already gave in the same situation by an untried "
         "admissible action (greedy decoding on deterministic games otherwise loops forever).",
     )
-    fuzzy_threshold: float = Field(
-        0.75, description="Similarity needed to map a reply onto an admissible action."
-    )
+    fuzzy_threshold: float = Field(0.75, description="Similarity needed to map a reply onto an admissible action.")
     log_prompts: Literal["memory", "all", "off"] = Field(
         "memory",
         description="Which steps log their exact prompt messages: memory (those whose prompt held "
@@ -209,9 +208,7 @@ def config_file_path(explicit: str | Path | None = None) -> Path | None:
     return p if p.exists() else None
 
 
-def load_settings(
-    overrides: dict[str, Any] | None = None, config_file: str | Path | None = None
-) -> Settings:
+def load_settings(overrides: dict[str, Any] | None = None, config_file: str | Path | None = None) -> Settings:
     """Build the settings from all layers; `overrides` are CLI flags as a nested dict.
 
     Nested sections are deep-merged across layers, so

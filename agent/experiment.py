@@ -11,7 +11,9 @@ Arms are settings overrides, the same knobs as `crl run`:
 - `memory`: memory in prompts (`--memory full --policy llm --no-reflect`);
 - `memory+rules`: the same, with the reflector distilling rules every `reflect.every` episodes;
 - `mixed`, `mixed+rules`: memory in prompts and episodic control (`--policy mixed`);
-- `episodic`: episodic control alone (`--policy memory`).
+- `episodic`: episodic control alone (`--policy memory`);
+- `scored`: the model alone, acting by scoring the listed actions (`--policy posterior`, no memory);
+- `posterior`: the same model prior combined with memory's advantages (`--policy posterior`).
 
 Arms that keep no memory cannot change between evaluation points: they are evaluated once
 and that figure stands for every point (their train episodes would be wasted compute). The
@@ -46,6 +48,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "mixed": {"agent": {"memory": "full", "policy": "mixed"}, "reflect": {"enabled": False}},
     "mixed+rules": {"agent": {"memory": "full", "policy": "mixed"}, "reflect": {"enabled": True}},
     "episodic": {"agent": {"memory": "off", "policy": "memory"}, "reflect": {"enabled": False}},
+    "scored": {"agent": {"memory": "off", "policy": "posterior"}, "memory": {"enabled": False}},
+    "posterior": {"agent": {"memory": "off", "policy": "posterior"}, "reflect": {"enabled": False}},
 }
 
 
@@ -107,7 +111,8 @@ def deterministic(arm: str, overrides: dict[str, Any]) -> bool:
     """An arm whose repeats would be identical: no memory and greedy decoding on the same dev
     seeds. It runs once, and is reported with one repeat (not counted three times)."""
     greedy = float(overrides.get("llm", {}).get("temperature", 0.0)) == 0.0
-    return arm == "none" and greedy
+    sampled = overrides.get("agent", {}).get("posterior", {}).get("mode") == "sample"
+    return (arm == "none" and greedy) or (arm == "scored" and not sampled)
 
 
 def starts_as_none(arm: str, overrides: dict[str, Any]) -> bool:
@@ -127,6 +132,8 @@ def twin_start(arm: str, rep: int, overrides: dict[str, Any], done: dict[tuple[s
     twin = done.get((base, rep)) if base != arm and base in ARMS and greedy else None
     if twin is None and starts_as_none(arm, overrides):
         twin = done.get(("none", 0))
+    if twin is None and arm == "posterior" and deterministic("scored", overrides):
+        twin = done.get(("scored", 0))  # empty memory: the posterior is the model's own prior
     return twin.points[0] if twin is not None and twin.points else None
 
 

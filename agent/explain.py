@@ -100,17 +100,25 @@ def render_explanation(console: Console, episode: Episode, only_step: int | None
 def posterior_table(posterior: dict) -> Table:
     """Per action: the model's probability, memory's advantage with its support and weight, and
     the posterior; the chosen action is marked (the posterior policy's step detail)."""
-    title = (f"posterior (beta {posterior['beta']:g}, alpha {posterior['alpha']:g}, "
-             f"support scale {posterior['support_scale']:g})")
+    title = (
+        f"posterior (beta {posterior['beta']:g}, alpha {posterior['alpha']:g}, "
+        f"support scale {posterior['support_scale']:g})"
+    )
     table = Table(show_header=True, header_style="bold", title=title, title_justify="left")
     for col in ("action", "model", "memory", "advantage", "support", "lambda", "posterior", ""):
         table.add_column(col, no_wrap=col == "action")
     rows = sorted(posterior["actions"].items(), key=lambda kv: -kv[1]["posterior"])
     for action, v in rows:
         mem = v.get("memory") or {}
-        marks = [m for m, on in (("chosen", action == posterior["chosen"]),
-                                 ("model's argmax", action == posterior["model_best"]),
-                                 ("tried here", action in posterior.get("avoided", []))) if on]
+        marks = [
+            m
+            for m, on in (
+                ("chosen", action == posterior["chosen"]),
+                ("model's argmax", action == posterior["model_best"]),
+                ("tried here", action in posterior.get("avoided", [])),
+            )
+            if on
+        ]
         table.add_row(
             action,
             f"{v['model']:.3f}",

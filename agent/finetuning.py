@@ -9,8 +9,9 @@ episodes with `agent.app.start_run`. The `crl` command line, the public API
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from crl.agent.config import Settings
 from crl.finetune.config import FinetuneConfig
@@ -67,7 +68,10 @@ def evaluate_adapter(
         agent = settings.agent.model_copy(update={"memory": "off", "policy": "llm"})
         run_settings = run_settings.model_copy(update={"agent": agent})
     model = LocalChatModel(
-        base_model_path(settings, base), adapter=adapter, device=llm.device, dtype=llm.dtype,
+        base_model_path(settings, base),
+        adapter=adapter,
+        device=llm.device,
+        dtype=llm.dtype,
         cache_dir=settings.models_dir,
     )
     try:

@@ -30,8 +30,17 @@ from typing import Any, Literal
 
 from crl.memory.retrieval.episodic_control import MemoryAdvantage, memory_advantages, same_purpose, state_baseline
 
-__all__ = ["MemoryAdvantage", "PosteriorConfig", "PosteriorDecision", "decide", "memory_advantages",
-           "memory_weight", "posterior_probs", "same_purpose", "state_baseline"]
+__all__ = [
+    "MemoryAdvantage",
+    "PosteriorConfig",
+    "PosteriorDecision",
+    "decide",
+    "memory_advantages",
+    "memory_weight",
+    "posterior_probs",
+    "same_purpose",
+    "state_baseline",
+]
 
 Mode = Literal["greedy", "sample"]
 
@@ -53,8 +62,10 @@ class PosteriorConfig:
     mode: Mode = field(default="greedy", metadata={"help": "'greedy' takes the posterior's argmax; 'sample' draws."})
     same_task: bool = field(
         default=True,
-        metadata={"help": "Only experience stored while playing the same task (family/variant) gives advantages, "
-                          "so one sub-task's moves never outvote the model on another."},
+        metadata={
+            "help": "Only experience stored while playing the same task (family/variant) gives advantages, "
+            "so one sub-task's moves never outvote the model on another."
+        },
     )
 
     def __post_init__(self) -> None:

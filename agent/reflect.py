@@ -16,9 +16,8 @@ from typing import Any
 from crl.agent.config import Settings
 from crl.agent.llm.base import ChatModel
 from crl.agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
-from crl.memory.reflection.reflector import Reflector
 from crl.memory.reflection.config import ReflectorConfig
-
+from crl.memory.reflection.reflector import Reflector
 
 EMBEDDED_PRIME = "ADD: Always"
 
@@ -41,7 +40,9 @@ def reflect_config(settings: Settings, model_settings: Settings | None = None) -
     return config
 
 
-def reflect_settings(settings: Settings, reflect_model: str | None = None, base_url: str | None = None) -> Settings | None:
+def reflect_settings(
+    settings: Settings, reflect_model: str | None = None, base_url: str | None = None
+) -> Settings | None:
     """The settings the reflecting model is built from, or None when it is the acting model.
 
     Args:

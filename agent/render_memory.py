@@ -7,9 +7,10 @@ touch the bank, so `crl memory` stays a thin layer over `ExperienceBank`.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -17,9 +18,9 @@ from rich.text import Text
 
 from crl.agent.render import render_episode
 from crl.memory.curation import EvictionCandidate
-from crl.memory.storage.journal import JournalEntry
 from crl.memory.records import AnyRecord, EpisodeRecord, RuleRecord, StepRecord
 from crl.memory.results import HistoryItem, MemoryStats
+from crl.memory.storage.journal import JournalEntry
 from crl.memory.storage.store import Hit
 from crl.memory.trajectory import Episode, Step
 
@@ -128,37 +129,79 @@ def records_table(
     rows: list[list[str | Text]] = []
     if kind == "episode":
         columns = [
-            Column("id"), Column("task", drop=5), Column("seed", True, drop=3), Column("outcome"),
-            Column("return", True), Column("steps", True, drop=4), Column("value", True), Column("utility", True, drop=6),
-            Column("uses", True, drop=7), Column("tier"), Column("skills", drop=2), Column("age", True, drop=8),
+            Column("id"),
+            Column("task", drop=5),
+            Column("seed", True, drop=3),
+            Column("outcome"),
+            Column("return", True),
+            Column("steps", True, drop=4),
+            Column("value", True),
+            Column("utility", True, drop=6),
+            Column("uses", True, drop=7),
+            Column("tier"),
+            Column("skills", drop=2),
+            Column("age", True, drop=8),
         ]
         for r in records:
             assert isinstance(r, EpisodeRecord)
-            rows.append([
-                r.episode_id, r.task, str(r.seed), outcome_text(r.outcome), f"{r.total_return:g}", str(r.length),
-                f"{r.value:.2f}", f"{r.utility:.2f}", str(r.use_count), tier_text(r.tier),
-                ",".join(r.skills) or "-", age(now - r.created_at),
-            ])
+            rows.append(
+                [
+                    r.episode_id,
+                    r.task,
+                    str(r.seed),
+                    outcome_text(r.outcome),
+                    f"{r.total_return:g}",
+                    str(r.length),
+                    f"{r.value:.2f}",
+                    f"{r.utility:.2f}",
+                    str(r.use_count),
+                    tier_text(r.tier),
+                    ",".join(r.skills) or "-",
+                    age(now - r.created_at),
+                ]
+            )
     elif kind == "step":
         columns = [
-            Column("id"), Column("action", wrap=True), Column("reward", True), Column("outcome"), Column("value", True),
-            Column("novelty", True, drop=3), Column("uses", True, drop=4), Column("tier"), Column("age", True, drop=5),
+            Column("id"),
+            Column("action", wrap=True),
+            Column("reward", True),
+            Column("outcome"),
+            Column("value", True),
+            Column("novelty", True, drop=3),
+            Column("uses", True, drop=4),
+            Column("tier"),
+            Column("age", True, drop=5),
         ]
         for r in records:
             assert isinstance(r, StepRecord)
-            rows.append([
-                r.id, r.action, f"{r.reward:g}", outcome_text(r.episode_outcome), f"{r.value:.2f}",
-                f"{r.novelty:.2f}", str(r.use_count), tier_text(r.tier), age(now - r.created_at),
-            ])
+            rows.append(
+                [
+                    r.id,
+                    r.action,
+                    f"{r.reward:g}",
+                    outcome_text(r.episode_outcome),
+                    f"{r.value:.2f}",
+                    f"{r.novelty:.2f}",
+                    str(r.use_count),
+                    tier_text(r.tier),
+                    age(now - r.created_at),
+                ]
+            )
     else:
         columns = [
-            Column("id"), Column("scope"), Column("score", True), Column("text", wrap=True), Column("uses", True, drop=2),
-            Column("tier", drop=1), Column("age", True, drop=3),
+            Column("id"),
+            Column("scope"),
+            Column("score", True),
+            Column("text", wrap=True),
+            Column("uses", True, drop=2),
+            Column("tier", drop=1),
+            Column("age", True, drop=3),
         ]
         for r in records:
             assert isinstance(r, RuleRecord)
-            rows.append([r.id, r.scope, f"{r.score:g}", r.text, str(r.use_count), tier_text(r.tier),
-                         age(now - r.created_at)])
+            rows.append(
+                [r.id, r.scope, f"{r.score:g}", r.text, str(r.use_count), tier_text(r.tier), age(now - r.created_at)]
+            )
     return fitted_table(title, columns, rows, width)
 
 
@@ -242,14 +285,20 @@ def render_record(console: Console, record: AnyRecord) -> None:
         console.print(Text(record.observation.strip()))
         if record.thought:
             console.print(Text(f"Thought: {record.thought}", style="italic cyan"))
-        action = Text(f"Action: {record.action}" if record.valid else f"Invalid: {record.action!r}",
-                      style="bold yellow" if record.valid else "bold red")
+        action = Text(
+            f"Action: {record.action}" if record.valid else f"Invalid: {record.action!r}",
+            style="bold yellow" if record.valid else "bold red",
+        )
         if record.reward:
             action.append(f"  reward {record.reward:g}", style="bold green")
         console.print(action)
         return
-    rows = [("id", record.id), ("scope", record.scope), ("score", f"{record.score:g}"),
-            ("from episodes", ", ".join(record.provenance) or "-")] + _common_rows(record)
+    rows = [
+        ("id", record.id),
+        ("scope", record.scope),
+        ("score", f"{record.score:g}"),
+        ("from episodes", ", ".join(record.provenance) or "-"),
+    ] + _common_rows(record)
     console.print(_metadata_table(rows))
     console.print(Text(record.text))
 
@@ -266,12 +315,26 @@ def hit_text(record: AnyRecord) -> str:
 def search_table(hits: Sequence[Hit], query: str, width: int = 200) -> Table:
     """Search results, best first, with their cosine similarity, fitted to `width`."""
     columns = [
-        Column("#", True, drop=4), Column("similarity", True), Column("kind", drop=2), Column("id"),
-        Column("task", drop=3), Column("outcome"), Column("tier", drop=1), Column("about", wrap=True),
+        Column("#", True, drop=4),
+        Column("similarity", True),
+        Column("kind", drop=2),
+        Column("id"),
+        Column("task", drop=3),
+        Column("outcome"),
+        Column("tier", drop=1),
+        Column("about", wrap=True),
     ]
     rows = [
-        [str(i), f"{h.similarity:.3f}", h.record.kind, short_id(h.record), getattr(h.record, "task", h.record.family),
-         outcome_text(_record_outcome(h.record)), tier_text(h.record.tier), hit_text(h.record)]
+        [
+            str(i),
+            f"{h.similarity:.3f}",
+            h.record.kind,
+            short_id(h.record),
+            getattr(h.record, "task", h.record.family),
+            outcome_text(_record_outcome(h.record)),
+            tier_text(h.record.tier),
+            hit_text(h.record),
+        ]
         for i, h in enumerate(hits, 1)
     ]
     return fitted_table(f"nearest to {_clip(query, 60)!r}", columns, rows, width)
@@ -323,16 +386,20 @@ def histogram_lines(bins: Sequence[tuple[float, float, int]], width: int = HISTO
 
 def render_stats(console: Console, s: MemoryStats) -> None:
     """Print the bank's totals, counts by family/tier/outcome/source/skill and its value histogram."""
-    console.print(_metadata_table([
-        ("episodes", s.episodes),
-        ("steps", s.steps),
-        ("rules", s.rules),
-        ("journal entries", s.journal_entries),
-        ("disk", human_bytes(s.disk_bytes)),
-        ("mode", s.mode),
-        ("embedding", s.embedding),
-        ("schema version", s.schema_version),
-    ]))
+    console.print(
+        _metadata_table(
+            [
+                ("episodes", s.episodes),
+                ("steps", s.steps),
+                ("rules", s.rules),
+                ("journal entries", s.journal_entries),
+                ("disk", human_bytes(s.disk_bytes)),
+                ("mode", s.mode),
+                ("embedding", s.embedding),
+                ("schema version", s.schema_version),
+            ]
+        )
+    )
     grid = Table.grid(padding=(0, 2))
     tables = [
         _counts_table("by family", s.by_family),
@@ -363,7 +430,14 @@ def entry_summary(entry: JournalEntry) -> str:
     if entry.op == "rm":
         return str(p.get("reason", ""))
     if entry.op == "credit":
-        return f"{'success' if p.get('success') else 'failure'}, target {p.get('target')}"
+        line = f"{'success' if p.get('success') else 'failure'}, target {p.get('target')}"
+        if p.get("model_actor"):
+            line += f", actor {p['model_actor']}"
+        if p.get("paired"):
+            line += f", paired {p['paired']}"
+        return line
+    if entry.op == "decay":
+        return f"keep {1 - float(p.get('decay', 0)):g} of older actors' credit; now {p.get('model_actor')}"
     if entry.op == "rule_add":
         return _clip(str(p.get("record", {}).get("text", "")), 60)
     if entry.op == "rule_edit":
@@ -395,6 +469,16 @@ def history_json(items: Sequence[HistoryItem]) -> list[dict[str, Any]]:
     for item in items:
         e = item.entry
         payload = {k: v for k, v in e.payload.items() if k not in ("novelty", "step_values", "episode", "episodes")}
-        rows.append({"seq": e.seq, "time": e.time, "actor": e.actor, "op": e.op, "ids": e.ids,
-                     "payload": payload, "summary": entry_summary(e), "cancelled": item.cancelled})
+        rows.append(
+            {
+                "seq": e.seq,
+                "time": e.time,
+                "actor": e.actor,
+                "op": e.op,
+                "ids": e.ids,
+                "payload": payload,
+                "summary": entry_summary(e),
+                "cancelled": item.cancelled,
+            }
+        )
     return rows

@@ -159,7 +159,9 @@ class Runner:
                 ]
                 to_score = [(p, a) for p, a, sc in zip(prompts, listed, scored) if sc]
                 dists = iter(self._score([p for p, _ in to_score], [a for _, a in to_score], stats))
-                replies = iter(self._generate([p for p, ask, sc in zip(prompts, asks, scored) if ask and not sc], stats))
+                replies = iter(
+                    self._generate([p for p, ask, sc in zip(prompts, asks, scored) if ask and not sc], stats)
+                )
                 for (slot, session), pack, ask, sc, admissible in zip(live, packs, asks, scored, listed):
                     choose = memory = None
                     if sc:
@@ -242,16 +244,24 @@ class Runner:
         posterior policy that combines it with memory's advantages in this state."""
         advisor = self.advisor if isinstance(self.advisor, MemoryAdvisor) else None
         advantages = (
-            advisor.advantages(pack, admissible, session.episode.task, self.posterior.config.same_task) if advisor else {}
+            advisor.advantages(pack, admissible, session.episode.task, self.posterior.config.same_task)
+            if advisor
+            else {}
         )
         prefix = "" if session.reply_prefix else "Action:"
-        completion = Completion(text=f"{prefix} {dist.best}", prompt_tokens=dist.prompt_tokens,
-                                latency_s=dist.latency_s, finish_reason="scored")
+        completion = Completion(
+            text=f"{prefix} {dist.best}",
+            prompt_tokens=dist.prompt_tokens,
+            latency_s=dist.latency_s,
+            finish_reason="scored",
+        )
         tried = session.tried_here()
         rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}")
 
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
             decision = decide(dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried)
+            if advisor is not None and decision.chosen in advantages:
+                session.used_memory.extend(advisor.evidence_ids(pack, decision.chosen, session.episode.task))
             return decision.chosen, decision.decided_by, decision.reason, decision.to_dict()
 
         return completion, choose

@@ -27,7 +27,8 @@ class RunInfo:
 
     `prompt_templates` is the hash of the agent's prompt templates the run used
     (`prompts.render.templates_hash`; None for runs logged before it was recorded), so prompt
-    replay can tell when they changed since.
+    replay can tell when they changed since. `scoring` says how actions were scored when the
+    posterior policy scored them (`"local"` log-likelihoods, or the served method and counts).
     """
 
     run_id: str
@@ -41,6 +42,7 @@ class RunInfo:
     finished_at: float | None = None
     status: str = "running"
     prompt_templates: str | None = None
+    scoring: dict[str, Any] | None = None
 
 
 @dataclass

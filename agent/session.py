@@ -174,8 +174,9 @@ class EpisodeSession:
         reply_key = action if action is not None else "invalid: " + normalise(parsed.raw_action)
         if choose is not None:
             action, step.decided_by, reason, *detail = choose(parsed.action)
-            step.extra.policy = PolicyDecision(step.decided_by, reason, parsed.action,
-                                               posterior=detail[0] if detail else None)
+            step.extra.policy = PolicyDecision(
+                step.decided_by, reason, parsed.action, posterior=detail[0] if detail else None
+            )
             step.action = action or ""
         tried = self._tried.setdefault(self.observation.text, set())
         if self.config.loop_breaker and step.decided_by == "llm" and reply_key in tried:

@@ -21,8 +21,21 @@ import tempfile
 import time
 from pathlib import Path
 
-HEAVY = ("torch", "transformers", "peft", "trl", "sentence_transformers", "chromadb", "datasets", "accelerate",
-         "scipy", "matplotlib", "openai", "tiktoken", "jinja2")
+HEAVY = (
+    "torch",
+    "transformers",
+    "peft",
+    "trl",
+    "sentence_transformers",
+    "chromadb",
+    "datasets",
+    "accelerate",
+    "scipy",
+    "matplotlib",
+    "openai",
+    "tiktoken",
+    "jinja2",
+)
 COMMANDS = (["--help"], ["tasks"], ["config"], ["runs"], ["memory", "--help"])
 QUIET_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False", "COLUMNS": "120"}
 
@@ -38,8 +51,12 @@ def cli_modules() -> list[str]:
 
 def import_profile(module: str) -> dict:
     """Cumulative import time of `module` (seconds) and the heavy libraries it loaded, in a fresh interpreter."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
-                          text=True, env=os.environ | QUIET_ENV)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        env=os.environ | QUIET_ENV,
+    )
     if proc.returncode != 0:
         return {"module": module, "seconds": None, "heavy": [], "error": proc.stderr.strip().splitlines()[-1]}
     cumulative: dict[str, int] = {}
@@ -62,14 +79,22 @@ def command_time(args: list[str], home: Path, repeats: int) -> dict:
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "crl", "--home", str(home), *args], capture_output=True,
-                              env=os.environ | QUIET_ENV, cwd=home)
+        proc = subprocess.run(
+            [sys.executable, "-m", "crl", "--home", str(home), *args],
+            capture_output=True,
+            env=os.environ | QUIET_ENV,
+            cwd=home,
+        )
         walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         code = code or proc.returncode
-    return {"command": "crl " + " ".join(args), "seconds": statistics.median(walls), "cpu_seconds": statistics.median(cpus),
-            "exit": code}
+    return {
+        "command": "crl " + " ".join(args),
+        "seconds": statistics.median(walls),
+        "cpu_seconds": statistics.median(cpus),
+        "exit": code,
+    }
 
 
 def baseline(repeats: int) -> float:

@@ -74,8 +74,14 @@ def sft_dataset(home: Path, examples: int, models_dir: Path, config: FinetuneCon
     try:
         bank.sync()
         out = home / "datasets" / "bench-sft"
-        card = build_dataset("sft", bank, config, out, tokenizer=load_tokenizer(embedded_model_path(models_dir)),
-                             base_model=EMBEDDED_MODEL_NAME)
+        card = build_dataset(
+            "sft",
+            bank,
+            config,
+            out,
+            tokenizer=load_tokenizer(embedded_model_path(models_dir)),
+            base_model=EMBEDDED_MODEL_NAME,
+        )
     finally:
         bank.close()
     print(f"dataset: {card.examples} examples, tokens {card.tokens}, max_length {card.max_length}", flush=True)
@@ -107,9 +113,13 @@ def train_once(dataset: Path, base: Path, config: FinetuneConfig, work: Path, pr
     total = time.perf_counter() - t
     m = result.metrics
     return {
-        "steps": m["steps"], "examples_seen": m["examples_seen"], "train_seconds": round(m["wall_seconds"], 1),
-        "round_seconds": round(total, 1), "examples_per_s": round(m["examples_per_s"], 3),
-        "first_loss": m["first_loss"], "last_loss": m["last_loss"],
+        "steps": m["steps"],
+        "examples_seen": m["examples_seen"],
+        "train_seconds": round(m["wall_seconds"], 1),
+        "round_seconds": round(total, 1),
+        "examples_per_s": round(m["examples_per_s"], 3),
+        "first_loss": m["first_loss"],
+        "last_loss": m["last_loss"],
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
     }
 
@@ -123,13 +133,19 @@ def heldout_loss(adapter_dir: Path, base: Path, rows: list[dict]) -> float:
     from crl.finetune.tokens import load_tokenizer
 
     tok = load_tokenizer(base)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32), str(adapter_dir))
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32), str(adapter_dir)
+    )
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for row in rows:
-            prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-            full = tok.apply_chat_template(row["prompt"] + row["completion"], tokenize=True, return_dict=True)["input_ids"]
+            prompt = tok.apply_chat_template(
+                row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+            full = tok.apply_chat_template(row["prompt"] + row["completion"], tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
             ids = torch.tensor([full])
             logps = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
             picked = logps[torch.arange(len(full) - 1), ids[0, 1:]][len(prompt) - 1 :]
@@ -147,8 +163,13 @@ def _eval(settings_home: Path, task: str, episodes: int, adapter: Path | None, m
     result = evaluate_adapter(settings, task, episodes, adapter, memory, base=str(embedded_model_path(models_dir)))
     s = result.summary
     lo, hi = wilson_interval(s.successes, s.finished)
-    return {"success": s.success_rate, "successes": s.successes, "ci95": [round(lo, 3), round(hi, 3)],
-            "episodes": s.finished, "wall_seconds": round(result.stats.wall_seconds, 1)}
+    return {
+        "success": s.success_rate,
+        "successes": s.successes,
+        "ci95": [round(lo, 3), round(hi, 3)],
+        "episodes": s.finished,
+        "wall_seconds": round(result.stats.wall_seconds, 1),
+    }
 
 
 def _gate(home: Path, config: FinetuneConfig, adapter_id: str, task: str, scores: dict[Path | None, dict]):
@@ -161,8 +182,9 @@ def _gate(home: Path, config: FinetuneConfig, adapter_id: str, task: str, scores
         result = scores[Path(adapter) if adapter else None]
         return [TaskScore(task, result["successes"], result["episodes"])]
 
-    return run_gate(AdapterRegistry.of(home), adapter_id, evaluator, config.model_copy(update={"gate_tasks": [task]}),
-                    actor="bench")
+    return run_gate(
+        AdapterRegistry.of(home), adapter_id, evaluator, config.model_copy(update={"gate_tasks": [task]}), actor="bench"
+    )
 
 
 def expert_iteration(args, models_dir: Path) -> list[dict]:
@@ -173,16 +195,18 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     `crl finetune auto` does). Each finished stage is appended to `<workdir>/expert-iteration.jsonl`;
     a rerun with the same workdir reuses the stages already there (a killed stage is played again).
     """
+    from bench.stage_log import StageLog
     from crl.agent.app import open_bank
     from crl.agent.llm.local import LocalChatModel
-    from bench.stage_log import StageLog
     from crl.finetune.registry import AdapterRegistry
     from crl.finetune.rounds import FinetuneContext, train_and_register
 
     home = Path(args.workdir) / ".crl"
     base = embedded_model_path(models_dir)
     settings = load_settings({"home": str(home), "agent": {"parallel": 8}, "llm": {"dtype": "bf16"}})
-    sampling = settings.model_copy(update={"llm": settings.llm.model_copy(update={"temperature": args.collect_temperature})})
+    sampling = settings.model_copy(
+        update={"llm": settings.llm.model_copy(update={"temperature": args.collect_temperature})}
+    )
     collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
     config = FinetuneConfig(epochs=args.epochs, max_length=768, memory_prompts=args.memory_prompts)
     tokenizer = load_tokenizer(base)
@@ -192,8 +216,10 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     ours = {row.get("adapter") for row in log.recorded() if row["stage"].endswith(" train")}
     outside = registry.promoted(EMBEDDED_MODEL_NAME)
     if outside and outside not in ours:
-        raise SystemExit(f"{home} has adapter {outside} promoted by something other than this benchmark; the loop starts "
-                         "from the base model: roll it back (crl adapters rollback) or use another --workdir")
+        raise SystemExit(
+            f"{home} has adapter {outside} promoted by something other than this benchmark; the loop starts "
+            "from the base model: roll it back (crl adapters rollback) or use another --workdir"
+        )
 
     def folder_of(adapter_id: str | None) -> Path | None:
         return registry.adapter_dir(adapter_id) if adapter_id else None
@@ -203,8 +229,13 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         if not episodes:
             return
         folder = folder_of(adapter_id)
-        row = log.run(f"eval {name} memory={memory}", lambda: _eval(home, args.task, episodes, folder, memory, models_dir),
-                      task=args.task, adapter=adapter_id, dev_episodes=episodes)
+        row = log.run(
+            f"eval {name} memory={memory}",
+            lambda: _eval(home, args.task, episodes, folder, memory, models_dir),
+            task=args.task,
+            adapter=adapter_id,
+            dev_episodes=episodes,
+        )
         if not memory:
             plain[folder] = row
 
@@ -214,19 +245,33 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         try:
             for task in collect_tasks:
                 for n in range(args.collect_passes):
-                    def play() -> dict:
+
+                    def play(task: str = task, n: int = n) -> dict:
                         nonlocal model
                         if model is None:
                             model = LocalChatModel(base, adapter=folder_of(adapter_id), dtype="bf16")
                         t = time.perf_counter()
-                        s = start_run(settings if n == 0 else sampling, task, args.collect, seed_start=seed_start,
-                                      model=model).summary
-                        return {"success": s.success_rate, "successes": s.successes, "episodes": s.finished,
-                                "wall_seconds": round(time.perf_counter() - t, 1)}
+                        s = start_run(
+                            settings if n == 0 else sampling, task, args.collect, seed_start=seed_start, model=model
+                        ).summary
+                        return {
+                            "success": s.success_rate,
+                            "successes": s.successes,
+                            "episodes": s.finished,
+                            "wall_seconds": round(time.perf_counter() - t, 1),
+                        }
 
                     decoding = "greedy" if n == 0 else f"temperature {args.collect_temperature}"
-                    log.run(f"collect {round_no} {task} pass {n + 1}", play, adapter=adapter_id, memory=True,
-                            policy="mixed", fold="train", seeds=[seed_start, seed_start + args.collect], decoding=decoding)
+                    log.run(
+                        f"collect {round_no} {task} pass {n + 1}",
+                        play,
+                        adapter=adapter_id,
+                        memory=True,
+                        policy="mixed",
+                        fold="train",
+                        seeds=[seed_start, seed_start + args.collect],
+                        decoding=decoding,
+                    )
         finally:
             if model is not None:
                 model.close()
@@ -238,19 +283,31 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         def build() -> dict:
             shutil.rmtree(folder, ignore_errors=True)
             with open_bank(settings, actor="bench") as bank:
-                card = build_dataset(kind, bank, config, folder, tasks=collect_tasks,
-                                     tokenizer=tokenizer, base_model=EMBEDDED_MODEL_NAME)
+                card = build_dataset(
+                    kind, bank, config, folder, tasks=collect_tasks, tokenizer=tokenizer, base_model=EMBEDDED_MODEL_NAME
+                )
             return {"examples": card.examples, "dropped": card.dropped, "stats": card.stats}
 
         def fit() -> dict:
             step_cap = args.dpo_steps if kind == "dpo" else -1
-            ctx = FinetuneContext(home=home, config=config.model_copy(update={"max_steps": step_cap}),
-                                  base_model=EMBEDDED_MODEL_NAME, base_model_path=base, progress=False)
+            ctx = FinetuneContext(
+                home=home,
+                config=config.model_copy(update={"max_steps": step_cap}),
+                base_model=EMBEDDED_MODEL_NAME,
+                base_model_path=base,
+                progress=False,
+            )
             _, lineage = train_and_register(ctx, kind, folder, from_adapter=parent)
             m = lineage.metrics
-            return {"adapter": lineage.id, "steps": m["steps"], "examples_seen": m.get("examples_seen"),
-                    "wall_seconds": round(m["wall_seconds"], 1), "examples_per_s": round(m["examples_per_s"], 3),
-                    "first_loss": m["first_loss"], "last_loss": m["last_loss"]}
+            return {
+                "adapter": lineage.id,
+                "steps": m["steps"],
+                "examples_seen": m.get("examples_seen"),
+                "wall_seconds": round(m["wall_seconds"], 1),
+                "examples_per_s": round(m["examples_per_s"], 3),
+                "first_loss": m["first_loss"],
+                "last_loss": m["last_loss"],
+            }
 
         try:
             log.run(f"{name} dataset", build)
@@ -292,22 +349,45 @@ def main() -> None:
     ap.add_argument("--workdir", help="keep the scratch bank and dataset here (reused when present)")
     ap.add_argument("--expert-iteration", action="store_true", help="run the expert-iteration loop instead")
     ap.add_argument("--task", default="keyroom/key")
-    ap.add_argument("--collect", type=int, default=64, help="train-fold episodes collected with memory on, per task and pass")
-    ap.add_argument("--collect-tasks", help="comma-separated tasks to collect on (default: --task); e.g. the sub-skills "
-                                            "keyroom/key,keyroom/door,keyroom/chest for a compound evaluation")
-    ap.add_argument("--collect-passes", type=int, default=1,
-                    help="play the same train seeds this many times; passes after the first sample (so one seed can "
-                         "give a success and a failure: trajectory-level DPO pairs)")
-    ap.add_argument("--collect-temperature", type=float, default=0.7, help="sampling temperature of passes after the first")
+    ap.add_argument(
+        "--collect", type=int, default=64, help="train-fold episodes collected with memory on, per task and pass"
+    )
+    ap.add_argument(
+        "--collect-tasks",
+        help="comma-separated tasks to collect on (default: --task); e.g. the sub-skills "
+        "keyroom/key,keyroom/door,keyroom/chest for a compound evaluation",
+    )
+    ap.add_argument(
+        "--collect-passes",
+        type=int,
+        default=1,
+        help="play the same train seeds this many times; passes after the first sample (so one seed can "
+        "give a success and a failure: trajectory-level DPO pairs)",
+    )
+    ap.add_argument(
+        "--collect-temperature", type=float, default=0.7, help="sampling temperature of passes after the first"
+    )
     ap.add_argument("--eval", type=int, default=40, help="dev-fold episodes per evaluation without memory")
-    ap.add_argument("--eval-memory", type=int, help="dev-fold episodes per evaluation with memory (default: --eval; 0: skip)")
+    ap.add_argument(
+        "--eval-memory", type=int, help="dev-fold episodes per evaluation with memory (default: --eval; 0: skip)"
+    )
     ap.add_argument("--epochs", type=float, default=1.0)
-    ap.add_argument("--sft-rounds", type=int, default=1,
-                    help="expert-iteration rounds; each after the first collects new train seeds with the promoted adapter")
-    ap.add_argument("--dpo-steps", type=int, default=10, help="optimizer steps of the DPO round on top (CPU time; 0: none)")
-    ap.add_argument("--memory-prompts", default="strip", choices=["keep", "strip", "skip"],
-                    help="train on prompts with their memory section (keep) or without it (strip: the adapter "
-                         "internalises what memory taught, and is judged without memory)")
+    ap.add_argument(
+        "--sft-rounds",
+        type=int,
+        default=1,
+        help="expert-iteration rounds; each after the first collects new train seeds with the promoted adapter",
+    )
+    ap.add_argument(
+        "--dpo-steps", type=int, default=10, help="optimizer steps of the DPO round on top (CPU time; 0: none)"
+    )
+    ap.add_argument(
+        "--memory-prompts",
+        default="strip",
+        choices=["keep", "strip", "skip"],
+        help="train on prompts with their memory section (keep) or without it (strip: the adapter "
+        "internalises what memory taught, and is judged without memory)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -324,8 +404,14 @@ def main() -> None:
             print(json.dumps(rows, indent=2))
         return
     base = embedded_model_path(models_dir)
-    config = FinetuneConfig(batch_size=args.batch_size, gradient_accumulation=1, lora_rank=args.rank, lora_alpha=2 * args.rank,
-                            logging_steps=1, save_steps=10_000)
+    config = FinetuneConfig(
+        batch_size=args.batch_size,
+        gradient_accumulation=1,
+        lora_rank=args.rank,
+        lora_alpha=2 * args.rank,
+        logging_steps=1,
+        save_steps=10_000,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         home = Path(args.workdir or scratch)
@@ -335,13 +421,14 @@ def main() -> None:
             sft_dataset(home, args.examples, models_dir, config)
         dataset = _trim(built, args.examples, home)
         all_rows = [json.loads(line) for line in (built / "data.jsonl").read_text().splitlines()]
-        heldout = all_rows[-args.heldout:] if args.heldout else []
+        heldout = all_rows[-args.heldout :] if args.heldout else []
         if args.heldout and len(all_rows) - args.heldout < args.steps * args.batch_size:
             raise SystemExit("not enough examples to hold some out; lower --heldout or --steps")
         for setting in args.settings.split(","):
             precision, _, ckpt = setting.partition("+")
-            cfg = config.model_copy(update={"cpu_precision": precision, "gradient_checkpointing": ckpt == "ckpt",
-                                            "max_steps": args.steps})
+            cfg = config.model_copy(
+                update={"cpu_precision": precision, "gradient_checkpointing": ckpt == "ckpt", "max_steps": args.steps}
+            )
             row = {"setting": setting} | train_once(dataset, base, cfg, home / f"work-{setting}", progress=False)
             if args.heldout:
                 row["heldout_loss"] = round(heldout_loss(home / f"work-{setting}" / "adapter", base, heldout), 4)
@@ -350,9 +437,17 @@ def main() -> None:
         if args.full:
             fastest = max(rows, key=lambda r: r["examples_per_s"])["setting"]
             precision, _, ckpt = fastest.partition("+")
-            cfg = config.model_copy(update={"cpu_precision": precision, "gradient_checkpointing": ckpt == "ckpt",
-                                            "epochs": 1.0, "max_steps": -1})
-            row = {"setting": f"{fastest} full epoch"} | train_once(dataset, base, cfg, home / "work-full", progress=True)
+            cfg = config.model_copy(
+                update={
+                    "cpu_precision": precision,
+                    "gradient_checkpointing": ckpt == "ckpt",
+                    "epochs": 1.0,
+                    "max_steps": -1,
+                }
+            )
+            row = {"setting": f"{fastest} full epoch"} | train_once(
+                dataset, base, cfg, home / "work-full", progress=True
+            )
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.json:

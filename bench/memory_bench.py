@@ -16,6 +16,18 @@ Parts, each printed as it finishes:
     calls, ids only; the bank rows include parsing the hit records), and exact
      numpy search on the same vectors; recall@10 of each against exact search on the same
      candidate set; filtered/unfiltered latency ratios.
+  4. read path: what one decision costs memory, through the real `Retriever` (embed the state,
+     query episodes and steps, rerank, action values by episodic control) on a bank holding N
+     keyroom step records in ONE family (N from --read-sizes) with their episodes. The records
+     are copies of real played keyroom episodes, their vectors the MiniLM vectors of the real
+     state texts plus a little noise (embedding N texts would take too long). Queries are states
+     of held-out episodes with their admissible actions, at parallel 1 and 8; embedding is
+     measured with a cold cache (every state new: a model call) and a warm one (the state seen
+     before, as in a deterministic game or at ingest). Per-part p50/p99 come from the
+     retriever's own timing.
+  5. (--onnx) the same texts through an ONNX export of MiniLM on onnxruntime, fp32 and
+     dynamic int8: agreement with the torch vectors (cosine) and latency. Needs the `onnx`
+     package for the export (onnxruntime comes with chromadb).
 """
 
 from __future__ import annotations
@@ -39,8 +51,14 @@ import numpy as np  # noqa: E402
 
 from crl.memory.bank import ExperienceBank  # noqa: E402
 from crl.memory.config import MemoryConfig  # noqa: E402
-from crl.memory.storage.embeddings import HashingEmbedding, SentenceTransformerEmbedding  # noqa: E402
+from crl.memory.ingest import EpisodeTags, build_records, step_texts  # noqa: E402
 from crl.memory.records import StepRecord, step_record_id  # noqa: E402
+from crl.memory.retrieval.retriever import RetrievalQuery, Retriever  # noqa: E402
+from crl.memory.storage.embeddings import (  # noqa: E402
+    CachedEmbedding,
+    HashingEmbedding,
+    SentenceTransformerEmbedding,
+)
 from crl.memory.trajectory import Episode, Step  # noqa: E402
 
 FAMILIES = ("keyroom", "gridnav", "textcraft", "webshop")
@@ -63,7 +81,9 @@ def play_keyroom(n: int, seed0: int = 0, max_steps: int = 12) -> list[Episode]:
         variant = rng.choice(["key", "door", "chest", "compound"])
         env = KeyroomEnv(variant)
         obs = env.reset(seed0 + i)
-        ep = Episode(episode_id=f"bench-{i:05d}", run_id="bench", task=f"keyroom/{variant}", seed=seed0 + i, goal=obs.goal)
+        ep = Episode(
+            episode_id=f"bench-{i:05d}", run_id="bench", task=f"keyroom/{variant}", seed=seed0 + i, goal=obs.goal
+        )
         for t in range(max_steps):
             plan = solve(env)
             action = plan[0] if plan and rng.random() < 0.7 else rng.choice(obs.admissible_actions or ["look"])
@@ -123,7 +143,10 @@ def clustered_vectors(n: int, rng: np.random.Generator, clusters: int = 500, noi
     """Unit vectors around random centres: closer to text embeddings than uniform noise."""
     centres = rng.standard_normal((clusters, DIM)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    x = centres[rng.integers(0, clusters, n)] + noise * rng.standard_normal((n, DIM)).astype(np.float32) / np.sqrt(DIM) * 4
+    x = (
+        centres[rng.integers(0, clusters, n)]
+        + noise * rng.standard_normal((n, DIM)).astype(np.float32) / np.sqrt(DIM) * 4
+    )
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
@@ -136,12 +159,27 @@ def synthetic_steps(n: int, rng: np.random.Generator) -> tuple[list[StepRecord],
     for i in range(n):
         family = FAMILIES[fam[i]]
         episode_id = f"e{i // 10:06d}"
-        records.append(StepRecord(
-            id=step_record_id(family, episode_id, i % 10), episode_id=episode_id, run_id="bench", task=f"{family}/x",
-            family=family, variant="x", seed=0, index=i % 10, goal="Reach the goal.", observation=f"state {i}",
-            action="go north", episode_outcome="success" if success[i] else "failure", episode_return=float(success[i]),
-            novelty=0.5, value=0.5, created_at=now, updated_at=now,
-        ))
+        records.append(
+            StepRecord(
+                id=step_record_id(family, episode_id, i % 10),
+                episode_id=episode_id,
+                run_id="bench",
+                task=f"{family}/x",
+                family=family,
+                variant="x",
+                seed=0,
+                index=i % 10,
+                goal="Reach the goal.",
+                observation=f"state {i}",
+                action="go north",
+                episode_outcome="success" if success[i] else "failure",
+                episode_return=float(success[i]),
+                novelty=0.5,
+                value=0.5,
+                created_at=now,
+                updated_at=now,
+            )
+        )
     return records, fam, success
 
 
@@ -195,7 +233,10 @@ def bench_scale(n: int, n_queries: int, seed: int) -> dict:
             flat.add(
                 ids=ids[sl].tolist(),
                 embeddings=vectors[sl],
-                metadatas=[{"family": FAMILIES[f], "outcome": "success" if s else "failure"} for f, s in zip(fam[sl], success[sl])],
+                metadatas=[
+                    {"family": FAMILIES[f], "outcome": "success" if s else "failure"}
+                    for f, s in zip(fam[sl], success[sl])
+                ],
             )
         out["flat_load_records_per_s"] = n / (time.perf_counter() - t)
 
@@ -208,7 +249,9 @@ def bench_scale(n: int, n_queries: int, seed: int) -> dict:
         for q in queries[:5]:  # warm caches and load indexes
             bank.query_steps("keyroom", embeddings=q[None], k=10, where_outcome="success")
             flat.query(query_embeddings=q[None], n_results=10)
-            flat.query(query_embeddings=q[None], n_results=10, where={"$and": [{"family": "keyroom"}, {"outcome": "success"}]})
+            flat.query(
+                query_embeddings=q[None], n_results=10, where={"$and": [{"family": "keyroom"}, {"outcome": "success"}]}
+            )
 
         where = {"$and": [{"family": "keyroom"}, {"outcome": "success"}]}
         ok_collection = bank.view._for("step", "keyroom", "ok")
@@ -218,7 +261,9 @@ def bench_scale(n: int, n_queries: int, seed: int) -> dict:
                 kr_ok,
             ),
             "bank family+outcome (retriever query)": (
-                lambda q: {h.id for h in bank.query_steps("keyroom", embeddings=q[None], k=10, where_outcome="success")[0]},
+                lambda q: {
+                    h.id for h in bank.query_steps("keyroom", embeddings=q[None], k=10, where_outcome="success")[0]
+                },
                 kr_ok,
             ),
             "bank family only (2 buckets merged)": (
@@ -238,11 +283,20 @@ def bench_scale(n: int, n_queries: int, seed: int) -> dict:
         for name, (fn, mask) in cases.items():
             times, results = time_calls(fn, queries)
             sub, sub_ids = vectors[mask], ids[mask]
-            exact_times, exact = time_calls(lambda q: exact_topk(sub, sub_ids, q, 10), queries)
+            exact_times, exact = time_calls(
+                lambda q, sub=sub, sub_ids=sub_ids: exact_topk(sub, sub_ids, q, 10), queries
+            )
             recall = float(np.mean([len(r & e) / 10 for r, e in zip(results, exact)]))
             p50, p99 = percentiles(times)
             e50, e99 = percentiles(exact_times)
-            rows[name] = {"candidates": int(mask.sum()), "p50_ms": p50, "p99_ms": p99, "exact_p50_ms": e50, "exact_p99_ms": e99, "recall_at_10": recall}
+            rows[name] = {
+                "candidates": int(mask.sum()),
+                "p50_ms": p50,
+                "p99_ms": p99,
+                "exact_p50_ms": e50,
+                "exact_p99_ms": e99,
+                "recall_at_10": recall,
+            }
         out["queries"] = rows
         base = rows["flat unfiltered"]
         raw = rows["bank layout, raw chroma (family+outcome)"]
@@ -255,18 +309,208 @@ def bench_scale(n: int, n_queries: int, seed: int) -> dict:
     return out
 
 
+def play_keyroom_states(n: int, seed0: int, max_steps: int = 12) -> tuple[list[Episode], list[RetrievalQuery]]:
+    """`play_keyroom` episodes with, for every step, the retrieval query the agent made there."""
+    from crl.tasks.keyroom import KeyroomEnv, solve
+
+    rng = random.Random(seed0)
+    episodes, queries = [], []
+    for i in range(n):
+        variant = rng.choice(["key", "door", "chest", "compound"])
+        env = KeyroomEnv(variant)
+        obs = env.reset(seed0 + i)
+        ep = Episode(
+            episode_id=f"read-{seed0 + i:06d}", run_id="bench", task=f"keyroom/{variant}", seed=seed0 + i, goal=obs.goal
+        )
+        for t in range(max_steps):
+            history = [s.action for s in ep.steps]
+            queries.append(
+                RetrievalQuery("keyroom", ep.task, obs.goal, obs.text, history, list(obs.admissible_actions or []))
+            )
+            plan = solve(env)
+            action = plan[0] if plan and rng.random() < 0.7 else rng.choice(obs.admissible_actions or ["look"])
+            nxt, reward, done, info = env.step(action)
+            ep.steps.append(Step(index=t, observation=obs.text, action=action, reward=reward, done=done, info=info))
+            obs = nxt
+            if done:
+                break
+        ep.status = "done" if ep.steps[-1].done else "truncated"
+        ep.success = bool(ep.steps[-1].done)
+        ep.total_return = sum(s.reward for s in ep.steps)
+        ep.ended_at = time.time()
+        episodes.append(ep)
+    return episodes, queries
+
+
+def replicated_records(
+    episodes: list[Episode], vectors: dict[str, np.ndarray], n_steps: int, rng: np.random.Generator, noise: float
+) -> tuple[list, np.ndarray]:
+    """Episode and step records (with vectors) of copies of `episodes` until `n_steps` steps."""
+    records, rows, copies, total = [], [], 0, 0
+    now = time.time()
+    while total < n_steps:
+        base = episodes[copies % len(episodes)]
+        ep = Episode.from_dict(base.to_dict())
+        ep.episode_id = f"{base.episode_id}-c{copies}"
+        copies += 1
+        texts = step_texts(ep, MemoryConfig().history_steps)
+        tags = EpisodeTags([0.5] * len(ep.steps), [0.5] * len(ep.steps), 0.5)
+        ep_record, steps = build_records(ep, tags, MemoryConfig().history_steps, now)
+        steps = steps[: n_steps - total]
+        base_vectors = np.stack([vectors[t] for t in texts[: len(steps)]])
+        jitter = rng.standard_normal(base_vectors.shape).astype(np.float32) * noise / np.sqrt(DIM)
+        step_vectors = base_vectors + jitter
+        step_vectors /= np.linalg.norm(step_vectors, axis=1, keepdims=True)
+        records += [ep_record, *steps]
+        rows += [step_vectors[0], *step_vectors]
+        total += len(steps)
+    return records, np.stack(rows).astype(np.float32)
+
+
+def _timing_rows(timings: list[dict], per: int) -> dict:
+    out = {}
+    for part in ("embed_ms", "bank_ms", "rank_ms", "total_ms"):
+        a = np.asarray([t[part] for t in timings])
+        out[part] = {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99))}
+    total = np.asarray([t["total_ms"] for t in timings]) / per
+    out["per_decision_ms"] = {"p50": float(np.percentile(total, 50)), "p99": float(np.percentile(total, 99))}
+    return out
+
+
+def stored_states(minilm: SentenceTransformerEmbedding, n_episodes: int, seed: int):
+    """Played keyroom episodes to copy into the read-path bank, and the MiniLM vector of each state text."""
+    stored, _ = play_keyroom_states(n_episodes, seed0=10_000 + seed)
+    texts = sorted({t for ep in stored for t in step_texts(ep, MemoryConfig().history_steps)})
+    return stored, dict(zip(texts, minilm.embed(texts)))
+
+
+def bench_read_path(
+    n: int, minilm: SentenceTransformerEmbedding, n_queries: int, seed: int, stored: tuple[list[Episode], dict]
+) -> dict:
+    """The retriever's whole read path on a bank of `n` keyroom steps (see part 4)."""
+    rng = np.random.default_rng(seed)
+    stored_episodes, vectors = stored
+    _, queries = play_keyroom_states(max(8, n_queries // 6), seed0=50_000 + seed)
+    queries = queries[:n_queries]
+    records, matrix = replicated_records(stored_episodes, vectors, n, rng, noise=0.05)
+    out: dict = {"records": n, "episodes": sum(1 for r in records if r.kind == "episode"), "queries": len(queries)}
+    with tempfile.TemporaryDirectory() as tmp:
+        config = MemoryConfig(fsync_journal=False)
+        bank = ExperienceBank(Path(tmp) / "memory", None, config, embedder=minilm)
+        t = time.perf_counter()
+        for start in range(0, len(records), 5000):
+            bank.view.put(records[start : start + 5000], matrix[start : start + 5000], None)
+        out["load_s"] = time.perf_counter() - t
+        retriever = Retriever(bank, seed=seed)
+        cache = bank.embedder
+        assert isinstance(cache, CachedEmbedding)
+        for q in queries[:5]:  # warm Chroma's index
+            retriever.retrieve([q])
+        for parallel in (1, 8):
+            batches = [queries[i : i + parallel] for i in range(0, len(queries) - parallel + 1, parallel)]
+            for mode in ("cold", "warm"):
+                timings = []
+                cache.clear()
+                if mode == "warm":
+                    cache.embed([retriever.query_text(q) for q in queries])
+                for batch in batches:
+                    if mode == "cold":
+                        cache.clear()
+                    retriever.retrieve(batch)
+                    timings.append(dict(retriever.last_timing))
+                out[f"parallel {parallel}, {mode} cache"] = _timing_rows(timings, parallel)
+        bank.close()
+    return out
+
+
+def bench_onnx(minilm: SentenceTransformerEmbedding, texts: list[str], runs: int, folder: Path) -> dict:
+    """MiniLM exported to ONNX (torch.onnx), on onnxruntime with one thread: fp32 and dynamic int8."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime as ort
+        import torch
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as e:
+        return {"skipped": f"{e}; pip install onnx to export the model"}
+    from transformers import AutoModel, AutoTokenizer
+
+    from crl.memory.storage.embeddings import resolve_model_path
+
+    path = resolve_model_path(minilm.model_name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    max_length = minilm._loaded().max_seq_length
+    fp32, int8 = folder / "minilm.onnx", folder / "minilm.int8.onnx"
+    if not fp32.exists():
+
+        class Encoder(torch.nn.Module):
+            def __init__(self, model):
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                return self.model(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                ).last_hidden_state
+
+        sample = tokenizer(["open the door", "take the key"], padding=True, return_tensors="pt")
+        names = ["input_ids", "attention_mask", "token_type_ids"]
+        torch.onnx.export(
+            Encoder(AutoModel.from_pretrained(path).eval()),
+            tuple(sample[k] for k in names),
+            str(fp32),
+            input_names=names,
+            output_names=["hidden"],
+            dynamic_axes={k: {0: "batch", 1: "tokens"} for k in [*names, "hidden"]},
+            opset_version=17,
+            dynamo=False,
+        )
+        quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    reference = minilm.embed(texts)
+    out: dict = {}
+    for label, file in (("onnx fp32", fp32), ("onnx int8", int8)):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
+
+        def embed(batch, session=session):
+            enc = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="np")
+            feeds = {i.name: enc[i.name].astype(np.int64) for i in session.get_inputs()}
+            hidden = session.run(None, feeds)[0]
+            mask = enc["attention_mask"][..., None].astype(np.float32)
+            v = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
+            return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+        cosine = (embed(texts) * reference).sum(1)
+        embed(texts[:1])
+        single = []
+        for i in range(runs):
+            t = time.perf_counter()
+            embed([texts[i % len(texts)]])
+            single.append(time.perf_counter() - t)
+        p50, p99 = percentiles(single)
+        out[label] = {"cosine_min": float(cosine.min()), "single_p50_ms": p50, "single_p99_ms": p99}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="record counts for the scale part")
     ap.add_argument("--quick", action="store_true", help="small sizes and few queries (a smoke run)")
     ap.add_argument("--queries", type=int, default=200, help="queries per case in the scale part")
     ap.add_argument("--episodes", type=int, default=40, help="keyroom episodes for the ingest part")
+    ap.add_argument("--read-sizes", default="10000,100000", help="records in one family for the read-path part")
+    ap.add_argument("--read-queries", type=int, default=240, help="states retrieved per read-path case")
+    ap.add_argument("--onnx", action="store_true", help="also measure an ONNX export of MiniLM (needs `onnx`)")
+    ap.add_argument("--skip", default="", help="parts to leave out, e.g. 2,3")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    read_sizes = [int(s) for s in args.read_sizes.split(",") if s]
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.quick:
         sizes, args.queries, args.episodes = [min(s, 2000) for s in sizes[:1]], 30, 8
+        read_sizes, args.read_queries = [min(s, 2000) for s in read_sizes[:1]], 32
 
     print(f"memory benchmark: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}, sizes {sizes}")
     results: dict = {"cpus": os.cpu_count(), "load_average": os.getloadavg()[0]}
@@ -281,16 +525,38 @@ def main() -> None:
         f"p99 {emb['single_p99_ms']:.1f} ms; batch {emb['batch_texts_per_s']:.0f} texts/s (model load {emb['load_s']:.1f} s)"
     )
 
-    results["ingest"] = [bench_ingest(episodes, minilm, "all-MiniLM-L6-v2"), bench_ingest(episodes, HashingEmbedding(DIM), "hashing fake")]
-    print(f"\n[2] ingest through ExperienceBank.ingest_episode ({args.episodes} keyroom episodes, journal fsync on)")
-    for r in results["ingest"]:
+    if args.onnx:
+        with tempfile.TemporaryDirectory() as tmp:
+            results["onnx"] = onnx = bench_onnx(minilm, texts, 10 if args.quick else 30, Path(tmp))
+        print("\n[5] ONNX export of MiniLM on onnxruntime, 1 thread (vs torch above)")
+        for label, r in onnx.items():
+            print(
+                f"    {label}: {r}"
+                if isinstance(r, str)
+                else f"    {label:<10} cosine to torch min {r['cosine_min']:.6f}  one text p50 {r['single_p50_ms']:.1f} ms"
+                f"  p99 {r['single_p99_ms']:.1f} ms"
+            )
+
+    results["ingest"] = (
+        []
+        if "2" in skip
+        else [
+            bench_ingest(episodes, minilm, "all-MiniLM-L6-v2"),
+            bench_ingest(episodes, HashingEmbedding(DIM), "hashing fake"),
+        ]
+    )
+    if results["ingest"]:
         print(
-            f"    {r['embedder']:<18} {r['steps']:>5} steps  {r['steps_per_s']:7.1f} steps/s  "
-            f"per episode p50 {r['episode_p50_ms']:6.1f} ms  p99 {r['episode_p99_ms']:6.1f} ms"
+            f"\n[2] ingest through ExperienceBank.ingest_episode ({args.episodes} keyroom episodes, journal fsync on)"
         )
+        for r in results["ingest"]:
+            print(
+                f"    {r['embedder']:<18} {r['steps']:>5} steps  {r['steps_per_s']:7.1f} steps/s  "
+                f"per episode p50 {r['episode_p50_ms']:6.1f} ms  p99 {r['episode_p99_ms']:6.1f} ms"
+            )
 
     results["scale"] = []
-    for n in sizes:
+    for n in [] if "3" in skip else sizes:
         t = time.perf_counter()
         r = bench_scale(n, args.queries, args.seed)
         results["scale"].append(r)
@@ -298,8 +564,12 @@ def main() -> None:
             f"\n[3] {n} step records (precomputed clustered random unit vectors, {DIM}-d), {args.queries} queries, k=10"
             f"  [{time.perf_counter() - t:.0f} s]"
         )
-        print(f"    load: bank layout {r['bank_load_records_per_s']:.0f} records/s, flat collection {r['flat_load_records_per_s']:.0f} records/s")
-        print(f"    {'case':<40} {'cands':>7} {'p50 ms':>7} {'p99 ms':>7} {'exact p50':>9} {'exact p99':>9} {'recall@10':>9}")
+        print(
+            f"    load: bank layout {r['bank_load_records_per_s']:.0f} records/s, flat collection {r['flat_load_records_per_s']:.0f} records/s"
+        )
+        print(
+            f"    {'case':<40} {'cands':>7} {'p50 ms':>7} {'p99 ms':>7} {'exact p50':>9} {'exact p99':>9} {'recall@10':>9}"
+        )
         for name, q in r["queries"].items():
             print(
                 f"    {name:<40} {q['candidates']:>7} {q['p50_ms']:7.2f} {q['p99_ms']:7.2f} "
@@ -310,6 +580,24 @@ def main() -> None:
             f"{r['ratio_bank_filtered_vs_unfiltered_p99']:.2f}x p99; "
             f"Chroma where {r['ratio_where_vs_unfiltered_p50']:.1f}x p50, {r['ratio_where_vs_unfiltered_p99']:.1f}x p99"
         )
+    results["read_path"] = []
+    stored = stored_states(minilm, 40 if args.quick else 200, args.seed) if "4" not in skip else None
+    for n in [] if stored is None else read_sizes:
+        t = time.perf_counter()
+        r = bench_read_path(n, minilm, args.read_queries, args.seed, stored)
+        results["read_path"].append(r)
+        print(
+            f"\n[4] read path through Retriever.retrieve: {n} keyroom step records in one family "
+            f"({r['episodes']} episodes, loaded in {r['load_s']:.0f} s), {r['queries']} states  "
+            f"[{time.perf_counter() - t:.0f} s]"
+        )
+        print(
+            f"    {'case':<26} {'embed':>13} {'bank query':>13} {'rank+values':>13} {'per decision':>13}  (p50/p99 ms)"
+        )
+        for name, row in r.items():
+            if isinstance(row, dict):
+                cells = [row[p] for p in ("embed_ms", "bank_ms", "rank_ms", "per_decision_ms")]
+                print(f"    {name:<26} " + " ".join(f"{c['p50']:6.1f}/{c['p99']:6.1f}" for c in cells))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

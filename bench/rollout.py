@@ -40,12 +40,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as runs_home:
         for k in [int(x) for x in args.parallel.split(",")]:
-            settings = load_settings({
-                "home": runs_home,
-                "llm": {"dtype": args.dtype},
-                "agent": {"parallel": k, "policy": "llm", "memory": "off"},
-                "memory": {"enabled": False},
-            })
+            settings = load_settings(
+                {
+                    "home": runs_home,
+                    "llm": {"dtype": args.dtype},
+                    "agent": {"parallel": k, "policy": "llm", "memory": "off"},
+                    "memory": {"enabled": False},
+                }
+            )
             result = start_run(settings, args.task, args.episodes, model=model)
             r = result.report()
             rows.append(
@@ -70,8 +72,10 @@ def main() -> None:
             f"{r['generated_tokens_per_s']:>10.1f} {r['success_rate']:>8.0%} {r['wall_seconds']:>7.1f}"
         )
     if len(rows) > 1:
-        print(f"speed-up parallel {rows[-1]['parallel']} vs {rows[0]['parallel']}: "
-              f"{rows[-1]['episodes_per_min'] / rows[0]['episodes_per_min']:.2f}x episodes/min")
+        print(
+            f"speed-up parallel {rows[-1]['parallel']} vs {rows[0]['parallel']}: "
+            f"{rows[-1]['episodes_per_min'] / rows[0]['episodes_per_min']:.2f}x episodes/min"
+        )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ script and the CLI always agree. Settings come from `crl.settings()` (defaults <
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from crl.agent.app import RunResult
@@ -69,7 +70,12 @@ def run(
 
 
 def evaluate(
-    task: str, episodes: int = 16, *, settings: "Settings | None" = None, fold: str = "dev", model: "ChatModel | None" = None
+    task: str,
+    episodes: int = 16,
+    *,
+    settings: "Settings | None" = None,
+    fold: str = "dev",
+    model: "ChatModel | None" = None,
 ) -> "RunResult":
     """Play held-out episodes (dev or test fold) that read memory but never change it (as `crl eval`)."""
     from crl.agent.app import start_run
@@ -141,8 +147,9 @@ def build_dataset(
     from crl.finetune.rounds import make_dataset
 
     ctx = finetune_context(settings or _default_settings(), evaluator=False, progress=False)
-    return make_dataset(ctx, kind, family=family, tasks=list(tasks) if tasks else None,
-                        out_dir=Path(out_dir) if out_dir else None)
+    return make_dataset(
+        ctx, kind, family=family, tasks=list(tasks) if tasks else None, out_dir=Path(out_dir) if out_dir else None
+    )
 
 
 def train_round(

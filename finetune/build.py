@@ -1,12 +1,12 @@
 """Build a dataset from the bank end to end: read, filter, rebuild prompts, pair, check tokens, write.
 
-    card = build_dataset("sft", bank, config, out_dir, family="keyroom", tokenizer=tok, base_model="smollm2-135m-instruct")
+card = build_dataset("sft", bank, config, out_dir, family="keyroom", tokenizer=tok, base_model="smollm2-135m-instruct")
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from crl.finetune.config import FinetuneConfig
 from crl.finetune.dataset_card import DatasetCard, write_dataset
@@ -78,7 +78,19 @@ def build_dataset(
     }
     if kind == "sft":
         filters["outcome"] = "success"
+        filters["sft_targets"] = config.sft_targets
+        if config.sft_targets == "soft":
+            filters |= {
+                "sft_soft_top_k": config.sft_soft_top_k,
+                "sft_soft_min_mass": config.sft_soft_min_mass,
+                "sft_soft_rows": config.sft_soft_rows,
+            }
     else:
         filters["dpo_levels"] = list(config.dpo_levels)
         filters["dpo_state_similarity"] = config.dpo_state_similarity
+        filters |= {
+            "dpo_q_pairs": config.dpo_q_pairs,
+            "dpo_q_threshold": config.dpo_q_threshold,
+            "dpo_q_min_support": config.dpo_q_min_support,
+        }
     return write_dataset(out_dir, built, filters, tokens=tokens, max_length=max_length, base_model=base_model)

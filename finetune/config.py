@@ -56,6 +56,45 @@ class FinetuneConfig(BaseModel):
     dpo_state_similarity: float = Field(
         0.95, gt=0, le=1, description="Cosine similarity of state embeddings needed to pair two steps (step-level DPO)."
     )
+    sft_targets: Literal["chosen", "soft"] = Field(
+        "chosen",
+        description="SFT targets: 'chosen' teaches the action each step took; 'soft' teaches, at steps the "
+        "posterior policy decided, its top actions weighted by their renormalised posterior mass "
+        "(`sft_soft_top_k`, `sft_soft_min_mass`), realised as `sft_soft_rows` rows per state (see finetune/README.md).",
+    )
+    sft_soft_top_k: int = Field(
+        3, ge=1, description="Soft targets: most actions kept per state (the one taken always is)."
+    )
+    sft_soft_min_mass: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="Soft targets: an action is kept only with at least this share of the posterior mass "
+        "(of the actions not already tried in that situation).",
+    )
+    sft_soft_rows: int = Field(
+        4,
+        ge=1,
+        description="Soft targets: rows per state (every state, posterior-decided or not, so each state weighs "
+        "the same); an action's weight is its number of identical rows / this. Epochs grow by this factor.",
+    )
+    dpo_q_pairs: bool = Field(
+        True,
+        description="DPO pairs from memory's values at posterior-policy steps: where memory confidently knows "
+        "the model's argmax loses, the action it rates best is chosen and the argmax rejected.",
+    )
+    dpo_q_threshold: float = Field(
+        0.2,
+        gt=0,
+        description="Q pairs: the model's argmax loses when memory's advantage on it is at most minus this "
+        "(returns are in [-1, 1]). Provisional, not yet swept.",
+    )
+    dpo_q_min_support: float = Field(
+        1.0,
+        gt=0,
+        description="Q pairs: the vote weight memory needs behind both the losing argmax and the preferred "
+        "action (1.0 is where the posterior gives memory half weight at the default support scale).",
+    )
     max_length: int = Field(
         1024,
         ge=64,

@@ -71,7 +71,8 @@ def _nothing_found(built: BuiltDataset) -> str:
     return (
         f"{built.stats.get('successes', 0)} successes and {built.stats.get('failures', 0)} failures gave no pair: "
         "trajectory pairs need both outcomes on one task and seed, step pairs a failed step in a state "
-        "near one of a success"
+        "near one of a success, q pairs a posterior-policy step where memory confidently knew the model's "
+        "argmax loses"
     )
 
 
@@ -197,6 +198,8 @@ def render_card(card: DatasetCard) -> str:
         lines.append(f"- max_length: {card.max_length} tokens (longest example, rounded up)")
     lines += ["", "## Filters", ""] + [f"- {k}: {v}" for k, v in card.filters.items()]
     lines += ["", "## Left out", ""] + ([f"- {k}: {v}" for k, v in card.dropped.items()] or ["- nothing"])
+    if card.stats:
+        lines += ["", "## How the examples were made", ""] + [f"- {k}: {v}" for k, v in card.stats.items()]
     if card.tokens:
         lines += ["", "## Token lengths", ""] + [f"- {k}: {v}" for k, v in card.tokens.items() if k != "too_long"]
     lines += ["", "Load it with `datasets.load_dataset('json', data_files='data.jsonl', split='train')`.", ""]

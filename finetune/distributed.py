@@ -5,7 +5,8 @@ Without a launcher (one process) these are plain calls.
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 

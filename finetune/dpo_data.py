@@ -1,6 +1,6 @@
 """DPO preference pairs from successes and failures, in TRL's conversational `prompt/chosen/rejected` form.
 
-Two sources:
+Three sources:
 
 - trajectory level (ETO-style): a success and a failure on the same task and seed. Both
   games start in the same state, so their prompts agree until the agents first act
@@ -10,6 +10,11 @@ Two sources:
   step of a successful episode of the same task; the success's prompt, its action chosen,
   the failure's action rejected, provided the rejected action was valid there and no
   success took it in such a state.
+- memory level (`dpo_q_pairs`, level "q"): a step the posterior policy decided where memory
+  confidently knew the model's argmax loses (advantage <= -`dpo_q_threshold`, support >=
+  `dpo_q_min_support`): that step's prompt, the action memory rated best (positive advantage,
+  same support) chosen, the argmax rejected. Both sides come from the same step; their
+  "returns" are memory's values q of the two actions, which is what orders them.
 
 Every pair is validated (`pair_problem`): empty sides, identical sides, and chosen returns
 not above rejected ones are dropped with a count per reason.
@@ -19,12 +24,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from itertools import combinations
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from crl.finetune.config import FinetuneConfig
+from crl.finetune.posterior_targets import LoggedPosterior, q_pair
 from crl.finetune.prompt_replay import PromptCounter, StepPrompt
 from crl.finetune.sft_data import BuiltDataset, episode_prompts, reply_text, step_state_text
 from crl.finetune.source import LoadedEpisodes, SourceEpisode, qualifies_for_sft
@@ -183,6 +190,52 @@ def step_pairs(
     return rows
 
 
+def q_pairs(
+    episodes: Sequence[SourceEpisode],
+    prompts: dict[str, list[StepPrompt | str]],
+    config: FinetuneConfig,
+    dropped: Counter,
+    seen: Counter,
+) -> list[dict[str, Any]]:
+    """Pairs from memory's values at posterior-policy steps where it confidently knew the model's
+    argmax loses (module docstring); `seen` counts the decisions read and the confident losers."""
+    rows = []
+    for ep in episodes:
+        for step in ep.steps:
+            decision = LoggedPosterior.of(step)
+            if decision is None:
+                continue
+            seen["posterior_steps"] += 1
+            pair = q_pair(decision, config.dpo_q_threshold, config.dpo_q_min_support)
+            if pair is None:
+                continue
+            seen["confident_losers"] += 1
+            prompt = prompts[ep.id][step.index]
+            reason = pair if isinstance(pair, str) else prompt if isinstance(prompt, str) else None
+            if step.index in ep.quarantined_steps:
+                reason = "quarantined-step"
+            if reason:
+                dropped[f"q:{reason}"] += 1
+                continue
+            step_id = ep.step_id(step.index)
+            rows.append(
+                {
+                    "prompt": prompt.messages,
+                    "chosen": [{"role": "assistant", "content": f"Action: {pair.chosen.action}"}],
+                    "rejected": [{"role": "assistant", "content": f"Action: {pair.rejected.action}"}],
+                    "task": ep.record.task,
+                    "level": "q",
+                    "chosen_episode_id": ep.id,
+                    "rejected_episode_id": ep.id,
+                    "chosen_step_id": step_id,
+                    "rejected_step_id": step_id,
+                    "chosen_return": float(pair.chosen.q),
+                    "rejected_return": float(pair.rejected.q),
+                }
+            )
+    return rows
+
+
 def build_dpo(
     loaded: LoadedEpisodes,
     config: FinetuneConfig,
@@ -193,7 +246,7 @@ def build_dpo(
 
     Args:
         loaded: episodes that passed the general filter (`load_episodes(...)`).
-        config: pair levels, state similarity, `min_value` for the chosen side.
+        config: pair levels, state similarity, Q-pair thresholds, `min_value` for the chosen side.
         counter: the run model's token counter (see `build_sft`).
         embed: unit embeddings of state texts; needed for step-level pairs.
     """
@@ -214,6 +267,9 @@ def build_dpo(
         successes = [ep for ep in usable if ep.record.success]
         failures = [ep for ep in usable if not ep.record.success]
         candidates += step_pairs(successes, failures, prompts, config, embed, dropped)
+    q_seen: Counter = Counter()
+    if config.dpo_q_pairs:
+        candidates += q_pairs(usable, prompts, config, dropped, q_seen)
     rows, seen = [], set()
     for row in candidates:
         problem = pair_problem(row)
@@ -240,5 +296,12 @@ def build_dpo(
             "candidates": len(candidates),
             "by_level": dict(Counter(r["level"] for r in rows)),
             "by_task": dict(Counter(r["task"] for r in rows)),
+            "q_pairs": {
+                "enabled": config.dpo_q_pairs,
+                "threshold": config.dpo_q_threshold,
+                "min_support": config.dpo_q_min_support,
+                "posterior_steps": q_seen["posterior_steps"],
+                "confident_losers": q_seen["confident_losers"],
+            },
         },
     )

@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from crl.finetune.config import FinetuneConfig
 from crl.finetune.errors import FinetuneError

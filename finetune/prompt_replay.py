@@ -71,6 +71,8 @@ class PromptShape:
         llm = settings.get("llm", {}) or {}
         fmt = agent.get("reply_format", "auto")
         react = fmt == "react" or (fmt == "auto" and bool(llm.get("model")))
+        if agent.get("policy") == "posterior":
+            react = False  # actions are scored right after the `Action:` priming (agent.app.uses_react)
         return cls(
             react=react,
             history_window=int(agent.get("history_window", 4)),

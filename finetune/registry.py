@@ -7,12 +7,12 @@
 
 The promoted adapter of a base model is the replay of the log: `promote` pushes an adapter,
 `rollback` pops back to the one promoted before it (or to no adapter). Nothing is rewritten
-in place, so the history of promotions is an audit trail.
+in place, so the history of promotions is an audit trail. Each entry changes the actor that
+plays; the experience bank decays credit older actors left, once per entry (`Promotion.key`,
+`last_change`, `memory.retrieval.actor_decay`).
 """
 
 from __future__ import annotations
-
-from crl.finetune.errors import FinetuneError
 
 import os
 import secrets
@@ -25,6 +25,8 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field
 
 from crl.finetune.dataset_card import DatasetCard, read_card
+from crl.finetune.errors import FinetuneError
+from crl.memory.actors import actor_key
 
 ADAPTERS_DIR = "adapters"
 PROMOTIONS_FILE = "promotions.jsonl"
@@ -110,6 +112,16 @@ class Promotion(BaseModel):
     time: float
     reason: str = ""
     actor: str = ""
+
+    @property
+    def key(self) -> str:
+        """A key naming this entry (what the experience bank decays credit once for)."""
+        return f"{self.op}:{self.base_model}:{self.adapter or '-'}:{self.time!r}"
+
+    @property
+    def model_actor(self) -> str:
+        """The actor that plays after this entry (`memory.actors.actor_key`): base model + adapter."""
+        return actor_key(self.base_model, self.adapter)
 
 
 def new_adapter_id(kind: str) -> str:
@@ -265,6 +277,12 @@ class AdapterRegistry:
         stack = self._stack(base_model)
         return stack[-1] if stack else None
 
+    def last_change(self, base_model: str) -> Promotion | None:
+        """The latest promote or rollback of `base_model`: the change the experience bank should be
+        aligned with (`memory.retrieval.actor_decay.decay_older_actors(bank, c.key, c.model_actor)`)."""
+        changes = [p for p in self.promotions() if p.base_model == base_model]
+        return changes[-1] if changes else None
+
     def promote(self, adapter_id: str, reason: str = "", actor: str = "") -> Promotion:
         """Make `adapter_id` the promoted adapter of its base model."""
         with self._lock():
@@ -272,10 +290,17 @@ class AdapterRegistry:
             previous = self.promoted(lineage.base_model)
             if previous == lineage.id:
                 raise ValueError(f"adapter {lineage.id} is already the promoted one")
-            return self._append(Promotion(
-                op="promote", base_model=lineage.base_model, adapter=lineage.id, previous=previous,
-                time=time.time(), reason=reason, actor=actor,
-            ))
+            return self._append(
+                Promotion(
+                    op="promote",
+                    base_model=lineage.base_model,
+                    adapter=lineage.id,
+                    previous=previous,
+                    time=time.time(),
+                    reason=reason,
+                    actor=actor,
+                )
+            )
 
     def rollback(self, base_model: str, reason: str = "", actor: str = "") -> Promotion:
         """Restore the adapter promoted before the current one (or the bare base model).
@@ -288,10 +313,17 @@ class AdapterRegistry:
             if not stack:
                 raise ValueError(f"no adapter is promoted for {base_model}; nothing to roll back")
             restored = stack[-2] if len(stack) > 1 else None
-            return self._append(Promotion(
-                op="rollback", base_model=base_model, adapter=restored, previous=stack[-1],
-                time=time.time(), reason=reason, actor=actor,
-            ))
+            return self._append(
+                Promotion(
+                    op="rollback",
+                    base_model=base_model,
+                    adapter=restored,
+                    previous=stack[-1],
+                    time=time.time(),
+                    reason=reason,
+                    actor=actor,
+                )
+            )
 
     def _append(self, entry: Promotion) -> Promotion:
         with open(self.root / PROMOTIONS_FILE, "a") as f:

@@ -11,10 +11,10 @@ registered; `train_and_register(..., resume_job=ID)` continues an interrupted on
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from crl.finetune.build import build_dataset
 from crl.finetune.config import FinetuneConfig
@@ -80,8 +80,9 @@ def make_dataset(
         out = Path(out_dir) if out_dir else ctx.datasets_dir / new_dataset_name(kind)
         tokenizer = load_tokenizer(ctx.base_model_path)
         with ctx.open_bank() as bank:
-            build_dataset(kind, bank, ctx.config, out, family=family, tasks=tasks, tokenizer=tokenizer,
-                          base_model=ctx.base_model)
+            build_dataset(
+                kind, bank, ctx.config, out, family=family, tasks=tasks, tokenizer=tokenizer, base_model=ctx.base_model
+            )
         return str(out)
 
     return Path(on_main(build))
@@ -113,7 +114,9 @@ def train_and_register(
         work = ctx.jobs_dir / resume_job
         job = TrainJob.load(work)
         if (registry.path(job.job_id) / "lineage.json").is_file():
-            raise ValueError(f"job {job.job_id} already finished: its adapter is registered (crl adapters show {job.job_id})")
+            raise ValueError(
+                f"job {job.job_id} already finished: its adapter is registered (crl adapters show {job.job_id})"
+            )
     else:
         if dataset_dir is None:
             raise ValueError("give a dataset (--dataset), or --resume a job")
@@ -132,15 +135,21 @@ def train_and_register(
             parent_id=parent_id,
             parent_adapter=str(registry.adapter_dir(parent_id)) if parent_id else None,
         )
-    result = run_training(job, work, resume=bool(resume_job), stop_after_steps=stop_after_steps,
-                          progress=ctx.progress)
+    result = run_training(job, work, resume=bool(resume_job), stop_after_steps=stop_after_steps, progress=ctx.progress)
     if not result.completed:
         return result, None
     lineage = None
     if is_main_process():
         lineage = registry.register(
-            job.job_id, job.kind, result.adapter_dir, job.base_model, job.base_model_path, job.dataset_dir,
-            job.config, result.metrics, parent=job.parent_id,
+            job.job_id,
+            job.kind,
+            result.adapter_dir,
+            job.base_model,
+            job.base_model_path,
+            job.dataset_dir,
+            job.config,
+            result.metrics,
+            parent=job.parent_id,
         )
         shutil.rmtree(work / CHECKPOINTS_DIR, ignore_errors=True)
     wait_for_everyone()

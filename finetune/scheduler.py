@@ -60,7 +60,8 @@ def new_qualifying(bank: EpisodeSource, ctx: FinetuneContext, since: float) -> l
     """Episodes that qualify for SFT and were stored after `since`."""
     family = ctx.config.auto_family
     return [
-        r for r in bank.ls(kind="episode", family=family)
+        r
+        for r in bank.ls(kind="episode", family=family)
         if r.created_at > since and qualifies_for_sft(r, ctx.config) is None
     ]
 

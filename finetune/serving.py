@@ -34,10 +34,13 @@ def lora_args(registry: AdapterRegistry, base_model: str, adapter_ids: list[str]
     Raises:
         ValueError: no ids were given and no adapter is promoted for `base_model`.
     """
-    ids = [registry.resolve(i) for i in adapter_ids] if adapter_ids else [a for a in [registry.promoted(base_model)] if a]
+    ids = (
+        [registry.resolve(i) for i in adapter_ids] if adapter_ids else [a for a in [registry.promoted(base_model)] if a]
+    )
     if not ids:
-        raise ValueError(f"no adapter is promoted for {base_model}; name the adapters to serve "
-                         "(`crl adapters ls` lists them)")
+        raise ValueError(
+            f"no adapter is promoted for {base_model}; name the adapters to serve (`crl adapters ls` lists them)"
+        )
     lineages = [registry.get(i) for i in ids]
     rank = max(int(lineage.config.get("lora_rank", 16)) for lineage in lineages)
     args = ["--enable-lora", "--max-lora-rank", str(vllm_max_lora_rank(rank)), "--lora-modules"]

@@ -14,7 +14,14 @@ conversation would train on contexts it never sees.
 
 Because the agent primes its reply with "Action:" (no trailing space), the completion starts
 with that marker: the tokens before the action are then exactly the inference prompt's
-(checked by `finetune.tokens.tokenize_pair`).
+(checked by `finetune.tokens.tokenize_pair`). A step the posterior policy decided teaches the
+action taken (`step.action`, memory's choice where it overrode the model), never the model's
+scored argmax.
+
+With `sft_targets = "soft"` a state teaches the posterior's top actions instead of one, each
+as identical-prompt rows in proportion to its posterior mass (`finetune.posterior_targets`):
+TRL's SFTTrainer has no per-example loss weight, and duplicated rows are what it trains on
+unchanged. Every state then gets `sft_soft_rows` rows, so each state weighs the same.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ from typing import Any
 import numpy as np
 
 from crl.finetune.config import FinetuneConfig
+from crl.finetune.posterior_targets import LoggedPosterior, soft_targets
 from crl.finetune.prompt_replay import PromptCounter, PromptShape, StepPrompt, replay_prompts
 from crl.finetune.source import LoadedEpisodes, SourceEpisode
+from crl.memory.ingest import history_action
 from crl.memory.records import state_text
 from crl.memory.trajectory import Step
 
@@ -49,8 +58,11 @@ def reply_text(step: Step, shape: PromptShape, mode: str = "action") -> str:
         >>> from crl.memory.trajectory import Step
         >>> reply_text(Step(0, "A hall.", "take brass key"), PromptShape(react=False))
         'Action: take brass key'
+
+    A step the posterior policy decided was scored, not generated: its raw output is the
+    model's argmax written out, so even in "raw" mode it teaches the action taken.
     """
-    if mode == "raw":
+    if mode == "raw" and LoggedPosterior.of(step) is None:
         return step.raw_output.rstrip()
     if not step.action:
         return ""
@@ -61,7 +73,7 @@ def reply_text(step: Step, shape: PromptShape, mode: str = "action") -> str:
 
 def step_state_text(goal: str, steps: Sequence[Step], index: int) -> str:
     """The state text of step `index` as the bank embeds it (goal, recent actions, observation)."""
-    history = [s.action for s in steps[max(0, index - STATE_HISTORY) : index]]
+    history = [history_action(s) for s in steps[max(0, index - STATE_HISTORY) : index]]
     return state_text(goal, steps[index].observation, history)
 
 
@@ -127,6 +139,7 @@ def build_sft(
     candidates: list[dict[str, Any]] = []
     states: list[str] = []
     exact: list[bool] = []
+    sources: list[Step] = []
     stripped = not_asked = templates_changed = 0
     for episode in loaded.episodes:
         prompts = episode_prompts(episode, config, counter)
@@ -158,8 +171,12 @@ def build_sft(
                 }
             )
             states.append(step_state_text(episode.record.goal, episode.steps, step.index))
+            sources.append(step)
     keep = dedupe(candidates, states, config.near_duplicate_similarity, embed, dropped)
     rows = [candidates[i] for i in keep]
+    targets: dict[str, Any] = {"mode": config.sft_targets}
+    if config.sft_targets == "soft":
+        rows, targets = expand_soft([(candidates[i], sources[i]) for i in keep], config)
     return BuiltDataset(
         kind="sft",
         rows=rows,
@@ -173,8 +190,55 @@ def build_sft(
             "decided_without_model": not_asked,
             "templates_changed": templates_changed,
             "by_task": dict(Counter(r["task"] for r in rows)),
+            "targets": targets,
         },
     )
+
+
+def expand_soft(kept: list[tuple[dict[str, Any], Step]], config: FinetuneConfig) -> tuple[list[dict[str, Any]], dict]:
+    """Soft-target rows for the kept states (`sft_targets = "soft"`), and how they were made.
+
+    Each kept row (one state, the action taken) becomes `config.sft_soft_rows` rows: at a step
+    the posterior decided, its top actions (`posterior_targets.soft_targets`), each repeated
+    `copies` times; elsewhere, the action taken repeated. Every row carries `target_mass` (the
+    action's renormalised posterior mass) and `copies`.
+    """
+    rows: list[dict[str, Any]] = []
+    posterior_states = not_taken = actions = below_one_row = 0
+    for row, step in kept:
+        decision = LoggedPosterior.of(step)
+        if decision is not None and decision.chosen != step.action:
+            not_taken += 1  # the loop breaker replaced the posterior's choice: teach what was done
+            decision = None
+        if decision is None:
+            targets = [(row["completion"][0]["content"], 1.0, config.sft_soft_rows)]
+        else:
+            posterior_states += 1
+            soft = soft_targets(decision, config.sft_soft_top_k, config.sft_soft_min_mass, config.sft_soft_rows)
+            below_one_row += sum(1 for t in soft if t.copies == 0)
+            targets = [(f"Action: {t.action}", t.mass, t.copies) for t in soft if t.copies]
+        actions += len(targets)
+        for reply, mass, copies in targets:
+            target = row | {
+                "completion": [{"role": "assistant", "content": reply}],
+                "target_mass": round(mass, 6),
+                "copies": copies,
+            }
+            rows.extend(dict(target) for _ in range(copies))
+    states = len(kept)
+    return rows, {
+        "mode": "soft",
+        "weights": "duplicated rows: an action's weight is copies / rows_per_state "
+        "(TRL's SFTTrainer has no per-example loss weight)",
+        "rows_per_state": config.sft_soft_rows,
+        "top_k": config.sft_soft_top_k,
+        "min_mass": config.sft_soft_min_mass,
+        "states": states,
+        "posterior_states": posterior_states,
+        "posterior_not_taken": not_taken,
+        "actions_per_state": round(actions / states, 3) if states else 0.0,
+        "actions_below_one_row": below_one_row,
+    }
 
 
 def _key(row: dict[str, Any]) -> str:

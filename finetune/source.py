@@ -8,9 +8,10 @@ reason, so the dataset card says what was filtered and why.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -10,12 +10,13 @@ Lengths are measured on the way, so the maximum length can be chosen on purpose.
 
 from __future__ import annotations
 
-from crl.finetune.errors import FinetuneError
-
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+
+from crl.finetune.errors import FinetuneError
 
 Message = dict[str, str]
 REPLY_MARKERS = ("Thought:", "Action:")
@@ -119,7 +120,7 @@ def tokenize_pair(tokenizer, prompt: list[Message], reply: list[Message]) -> Exa
             at = _common_prefix(seen, full_ids)
             raise TokenizationError(
                 "the training tokens before the reply differ from the agent's inference prompt at token "
-                f"{at} ({tokenizer.decode(seen[at:at + 8])!r} vs {tokenizer.decode(full_ids[at:at + 8])!r}); "
+                f"{at} ({tokenizer.decode(seen[at : at + 8])!r} vs {tokenizer.decode(full_ids[at : at + 8])!r}); "
                 "the reply must continue the primed marker exactly (no space after 'Action:')"
             )
     return ExampleTokens(len(prompt_ids), completion)

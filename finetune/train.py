@@ -22,8 +22,6 @@ the bare base model trains a fresh adapter with the reference = adapter disabled
 
 from __future__ import annotations
 
-from crl.finetune.errors import FinetuneError
-
 import json
 import math
 import os
@@ -34,6 +32,7 @@ from typing import Any, Literal
 
 from crl.finetune.config import FinetuneConfig
 from crl.finetune.dataset_card import load_rows, read_card
+from crl.finetune.errors import FinetuneError
 
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.json"
@@ -243,7 +242,9 @@ def build_trainer(job: TrainJob, work_dir: Path, progress: bool = True, callback
     set_seed(cfg.seed)
     card = read_card(job.dataset_dir)
     if card.kind != job.kind:
-        raise ValueError(f"dataset {card.name} is a {card.kind} dataset; `crl finetune {job.kind}` needs a {job.kind} one")
+        raise ValueError(
+            f"dataset {card.name} is a {card.kind} dataset; `crl finetune {job.kind}` needs a {job.kind} one"
+        )
     if card.max_length and card.max_length > cfg.max_length:
         raise ValueError(
             f"dataset {card.name} needs max_length {card.max_length} (its longest example) but finetune.max_length "
@@ -267,16 +268,24 @@ def build_trainer(job: TrainJob, work_dir: Path, progress: bool = True, callback
             **args,
         )
         trainer = SFTTrainer(
-            model=model, args=sft_args, train_dataset=rows, processing_class=tokenizer,
-            peft_config=peft_config, callbacks=guards,
+            model=model,
+            args=sft_args,
+            train_dataset=rows,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=guards,
         )
     else:
         from trl import DPOConfig, DPOTrainer
 
         dpo_args = DPOConfig(learning_rate=cfg.dpo_learning_rate, beta=cfg.dpo_beta, **args)
         trainer = DPOTrainer(
-            model=model, args=dpo_args, train_dataset=rows, processing_class=tokenizer,
-            peft_config=peft_config, callbacks=guards,
+            model=model,
+            args=dpo_args,
+            train_dataset=rows,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=guards,
         )
     if not progress:
         from transformers.trainer_callback import PrinterCallback

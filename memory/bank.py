@@ -25,23 +25,25 @@ import queue
 import socket
 import threading
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from crl.memory import tags as tagging
-from crl.memory.storage.apply import ContentSource, Materializer, MissingContentError
 from crl.memory.bank_curation import CurationMixin, as_list
 from crl.memory.config import MemoryConfig
-from crl.memory.storage.embeddings import SentenceTransformerEmbedding, TextEmbedder
-from crl.memory.storage.episode_log import read_episodes
 from crl.memory.ingest import compute_tags, episode_text, step_texts
-from crl.memory.storage.journal import Journal, JournalEntry
-from crl.memory.storage.journal_state import JournalState
-from crl.memory.storage.keeper import ViewKeeper
-from crl.memory.storage.locks import StoreLock
-from crl.memory.records import KINDS, SCHEMA_VERSION, AnyRecord, EpisodeRecord, StepRecord, episode_record_id, parse_record_id
+from crl.memory.records import (
+    KINDS,
+    SCHEMA_VERSION,
+    AnyRecord,
+    EpisodeRecord,
+    StepRecord,
+    episode_record_id,
+    parse_record_id,
+)
 from crl.memory.results import (
     HistoryItem,
     IngestError,
@@ -50,6 +52,13 @@ from crl.memory.results import (
     RecordNotFoundError,
     SyncReport,
 )
+from crl.memory.storage.apply import ContentSource, Materializer, MissingContentError
+from crl.memory.storage.embeddings import CachedEmbedding, CacheStats, SentenceTransformerEmbedding, TextEmbedder
+from crl.memory.storage.episode_log import read_episodes
+from crl.memory.storage.journal import Journal, JournalEntry
+from crl.memory.storage.journal_state import JournalState
+from crl.memory.storage.keeper import ViewKeeper
+from crl.memory.storage.locks import StoreLock
 from crl.memory.storage.store import BUCKETS, ChromaView, Hit, connect
 from crl.memory.trajectory import Episode
 
@@ -81,7 +90,8 @@ class ExperienceBank(CurationMixin):
         memory_dir: where the journal, locks and (embedded mode) the Chroma view live.
         runs_dir: the runs directory (`<home>/runs`); ingest entries point into its logs.
         config: the `memory` settings; `config.url` selects server mode.
-        embedder: the embedding function (default: `SentenceTransformerEmbedding` from config).
+        embedder: the embedding function (default: `SentenceTransformerEmbedding` from config);
+            the bank embeds through a `CachedEmbedding` of it (`config.embedding_cache_size`).
         actor: who the journal says made changes (default `user@host`).
         rebuild_on_model_change: re-embed everything when the store was embedded with a
             different model, instead of refusing to open it.
@@ -117,11 +127,12 @@ class ExperienceBank(CurationMixin):
             self.journal = Journal(
                 self.dir / "journal.jsonl", self.config.fsync_journal, self.config.journal_lock_timeout_s
             )
-            self.embedder = embedder or SentenceTransformerEmbedding.from_config(self.config)
+            model = embedder or SentenceTransformerEmbedding.from_config(self.config)
+            self.embedder: TextEmbedder = CachedEmbedding(model, self.config.embedding_cache_size)
             self._client = connect(self.config, self.dir / "chroma")
-            self.view = ChromaView(self._client, self.embedder, self.config, self.journal.journal_id)
+            self.view = ChromaView(self._client, model, self.config, self.journal.journal_id)
             self.content = ContentSource(self.runs_dir, self.dir)
-            materializer = Materializer(self.view, self.embedder, self.content)
+            materializer = Materializer(self.view, model, self.content)
             self.keeper = ViewKeeper(self.dir, self.journal, self.view, materializer, self.mode)
             self.keeper.open(rebuild_on_model_change)
         except BaseException:
@@ -235,7 +246,9 @@ class ExperienceBank(CurationMixin):
                 payload["episode"] = episode.to_dict()
             by_id = {f"st:{family}:{episode.episode_id}:{i}": vectors[i] for i in range(n)}
             by_id[rid] = vectors[n]
-            self.keeper.commit([self._entry("ingest", [rid], payload, actor)], {0: {"episode": episode, "vectors": by_id}})
+            self.keeper.commit(
+                [self._entry("ingest", [rid], payload, actor)], {0: {"episode": episode, "vectors": by_id}}
+            )
         if self.config.auto_evict:
             self._auto_evict(family, actor)
         return IngestResult(rid, n - prior)
@@ -326,8 +339,16 @@ class ExperienceBank(CurationMixin):
     # ---- retrieval ----------------------------------------------------------------------
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit embeddings of `texts` with the bank's model (so a caller can time or reuse them)."""
+        """Unit embeddings of `texts` with the bank's model (so a caller can time or reuse them).
+
+        Served through the bank's embedding cache: a text embedded before (a retrieval query's
+        state, later ingested) is not embedded again.
+        """
         return self.embedder.embed(list(texts))
+
+    def embedding_cache_stats(self) -> CacheStats | None:
+        """Hits, misses and size of the embedding cache (None once `embedder` was replaced)."""
+        return self.embedder.stats() if isinstance(self.embedder, CachedEmbedding) else None
 
     def _query(
         self,
@@ -433,7 +454,9 @@ class ExperienceBank(CurationMixin):
             return matches[0]
         if not matches:
             raise RecordNotFoundError(f"no memory record {ref!r}; see `crl memory ls`")
-        raise RecordNotFoundError(f"{ref!r} matches {len(matches)} records ({', '.join(matches[:5])}, ...); give more of the id")
+        raise RecordNotFoundError(
+            f"{ref!r} matches {len(matches)} records ({', '.join(matches[:5])}, ...); give more of the id"
+        )
 
     def get(self, ref: str) -> AnyRecord:
         """One record, in full (an episode with its trajectory).
@@ -530,7 +553,11 @@ class ExperienceBank(CurationMixin):
     def stats(self) -> MemoryStats:
         """Counts by family, tier, outcome, source and skill; value histogram; disk use."""
         episodes = [r for r, _ in self.view.scan("episode")]
-        hist = np.histogram(np.clip([e.value for e in episodes], 0, 1), bins=10, range=(0.0, 1.0))[0] if episodes else np.zeros(10, int)
+        hist = (
+            np.histogram(np.clip([e.value for e in episodes], 0, 1), bins=10, range=(0.0, 1.0))[0]
+            if episodes
+            else np.zeros(10, int)
+        )
         steps_by_family = {f: self.view.count("step", f) for f in self.view.families("step")}
         meta = self.view.meta() or {}
         return MemoryStats(

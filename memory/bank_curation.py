@@ -1,5 +1,5 @@
-"""The curation half of `ExperienceBank`: tags, tiers, removal, credit, eviction, export,
-import, rebuild and rules. Each operation is one journal entry, applied at once.
+"""The curation half of `ExperienceBank`: tags, tiers, removal, credit and its decay, eviction,
+export, import, rebuild and rules. Each operation is one journal entry, applied at once.
 
 A mixin: it uses the bank's `view`, `keeper`, `journal`, `config`, `resolve` and `_write`.
 """
@@ -10,12 +10,14 @@ import hashlib
 import os
 import shutil
 import time
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from crl.memory.actors import credited_under_older_actor
 from crl.memory.curation import EvictionCandidate, plan_eviction
 from crl.memory.records import (
     KINDS,
@@ -94,22 +96,114 @@ class CurationMixin:
         return rids
 
     def credit(
-        self, ids: str | Iterable[str], success: bool, target: float | None = None, actor: str | None = None
+        self,
+        ids: str | Iterable[str],
+        success: bool,
+        target: float | None = None,
+        actor: str | None = None,
+        *,
+        model_actor: str | None = None,
     ) -> None:
         """Record that memories were used by an episode that succeeded or not.
 
         Each record's use count and utility are updated and its value label takes one EMA
         step toward `target` (default 1.0 on success, 0.0 on failure; see `memory.tags`).
+        `model_actor` (`memory.actors.actor_key`) is the actor that played the episode: the
+        records remember it, so a later promotion can decay what older actors taught.
         """
-        rids = [i for i in as_list(ids)]
+        self.write_once([self.credit_entry(ids, success, target, model_actor)], actor)
+
+    def credit_entry(
+        self,
+        ids: str | Iterable[str],
+        success: bool,
+        target: float | None = None,
+        model_actor: str | None = None,
+        once: str | None = None,
+        **extra: Any,
+    ) -> tuple[str, list[str], dict[str, Any]] | None:
+        """The (op, ids, payload) of a credit, checked, for `write_once`; None for no ids.
+
+        Args:
+            once: a key that makes the entry idempotent: it is not written again while an
+                effective entry with the same key is in the journal.
+            extra: more payload (e.g. `paired`: what a paired credit compared).
+        """
+        rids = as_list(ids)
         if not rids:
-            return
+            return None
         for rid in rids:
             parse_record_id(rid)
         goal = float(success) if target is None else float(target)
         if not 0.0 <= goal <= 1.0:
             raise ValueError(f"target must be within [0, 1], got {goal}")
-        self._write("credit", rids, {"success": bool(success), "target": goal, "alpha": self.config.value_alpha}, actor)
+        payload: dict[str, Any] = {"success": bool(success), "target": goal, "alpha": self.config.value_alpha}
+        if model_actor:
+            payload["model_actor"] = model_actor
+        if once:
+            payload["once"] = once
+        return "credit", rids, payload | extra
+
+    def decay_credit(
+        self, change: str, model_actor: str, decay: float | None = None, actor: str | None = None
+    ) -> tuple[list[str], bool]:
+        """Decay credit learned under older actors of `model_actor`'s base model, once per `change`.
+
+        Every record credited last under another actor of the same base model (or under an
+        unknown one) keeps `1 - decay` of its counted uses and wins, and its value label moves
+        that share back toward its label before credit (`memory.tags.decay_toward`). One
+        `decay` journal entry lists them, so `crl memory history ID` shows it.
+
+        Args:
+            change: what changed the actor, e.g. a promotion's key; a second call with the same
+                key (while its entry stands) does nothing.
+            model_actor: the actor now playing (`memory.actors.actor_key`).
+            decay: the share forgotten (default `memory.actor_decay`).
+
+        Returns:
+            The ids decayed, and whether `change` had already been applied.
+        """
+        share = self.config.actor_decay if decay is None else float(decay)
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"decay must be within [0, 1], got {share}")
+        once = f"decay:{change}"
+        with self.journal.locked():
+            self.keeper.catch_up()
+            if once in self._once_keys():
+                return [], True
+            ids = sorted(
+                record.id
+                for kind in KINDS
+                for record, _ in self.view.scan(kind)
+                if credited_under_older_actor(record, model_actor)
+            )
+            payload = {"decay": share, "model_actor": model_actor, "change": change, "once": once}
+            self.keeper.commit([self._entry("decay", ids, payload, actor)])
+        return ids, False
+
+    def _once_keys(self) -> set[str]:
+        """The `once` keys of the effective journal entries (call it holding the journal lock)."""
+        return {e.payload["once"] for e in self.state.entries if "once" in e.payload}
+
+    def write_once(self, entries: Sequence[tuple[str, list[str], dict[str, Any]] | None], actor: str | None) -> int:
+        """Journal and apply (op, ids, payload) entries under one lock, leaving out None and
+        those whose `once` key an effective entry already has; returns how many were written."""
+        wanted = [e for e in entries if e is not None]
+        if not wanted:
+            return 0
+        with self.journal.locked():
+            self.keeper.catch_up()
+            seen = self._once_keys() if any("once" in p for _, _, p in wanted) else set()
+            fresh = []
+            for op, ids, payload in wanted:
+                key = payload.get("once")
+                if key is not None and key in seen:
+                    continue
+                seen.add(key)
+                fresh.append(self._entry(op, ids, payload, actor))
+            if fresh:
+                self.keeper.commit(fresh)
+        return len(fresh)
 
     def plan_eviction(self, family: str | None = None) -> list[EvictionCandidate]:
         """What `evict` would remove now, lowest keep-score first."""
@@ -123,7 +217,9 @@ class CurationMixin:
             self.config.recency_half_life_days,
         )
 
-    def evict(self, dry_run: bool = False, family: str | None = None, actor: str | None = None) -> list[EvictionCandidate]:
+    def evict(
+        self, dry_run: bool = False, family: str | None = None, actor: str | None = None
+    ) -> list[EvictionCandidate]:
         """Evict by policy (see `memory.curation`) so each family fits its capacity; returns what
         was (or, with `dry_run`, would be) evicted."""
         plan = self.plan_eviction(family)
@@ -146,8 +242,12 @@ class CurationMixin:
         buckets = BUCKETS if include_quarantine else ("ok", "fail")
         records: list[AnyRecord] = []
         for kind in kinds:
-            for record, _ in self.view.scan(kind, [family] if family and kind != "rule" else None, buckets, documents=True):
-                if kind == "rule" and ((family and record.family != family) or (not include_quarantine and record.tier == "quarantine")):
+            for record, _ in self.view.scan(
+                kind, [family] if family and kind != "rule" else None, buckets, documents=True
+            ):
+                if kind == "rule" and (
+                    (family and record.family != family) or (not include_quarantine and record.tier == "quarantine")
+                ):
                     continue
                 records.append(record)
         return write_export(path, records)
@@ -202,7 +302,6 @@ class CurationMixin:
             report = self.keeper.rebuild_view(reuse_vectors=True)
         report.as_of = when
         return report
-
 
     # rules
 
@@ -284,9 +383,9 @@ class CurationMixin:
     def rules(self, scope: str | None = None, include_quarantine: bool = False) -> list[RuleRecord]:
         """Rules of a scope (and those for 'all'), highest score first."""
         out = [
-            r for r, _ in self.view.scan("rule")
-            if (scope is None or r.family in (scope, RULE_SCOPE_ALL))
-            and (include_quarantine or r.tier != "quarantine")
+            r
+            for r, _ in self.view.scan("rule")
+            if (scope is None or r.family in (scope, RULE_SCOPE_ALL)) and (include_quarantine or r.tier != "quarantine")
         ]
         out.sort(key=lambda r: (-r.score, r.id))
         return out  # type: ignore[return-value]
@@ -294,7 +393,8 @@ class CurationMixin:
     def query_rules(self, texts: Sequence[str], scope: str | None = None, k: int = 5) -> list[list[Hit]]:
         """The k rules nearest to each text (exact search: rules are few)."""
         rules = [
-            (r, v) for r, v in self.view.scan("rule", embeddings=True)
+            (r, v)
+            for r, v in self.view.scan("rule", embeddings=True)
             if r.tier != "quarantine" and (scope is None or r.family in (scope, RULE_SCOPE_ALL))
         ]
         if not rules or not texts:

@@ -73,6 +73,12 @@ class MemoryConfig(BaseModel):
         description="Torch threads while embedding, set for the calling thread only (OpenMP). 1 keeps the "
         "embedder from fighting the LLM for cores (a 50x slowdown measured on 2 busy cores); 0 leaves torch's setting.",
     )
+    embedding_cache_size: int = Field(
+        8192,
+        ge=0,
+        description="Distinct texts whose vectors the bank keeps (LRU, about 1.5 kB each for MiniLM), so a state "
+        "embedded for retrieval is not embedded again at ingest and revisited states are embedded once; 0 turns it off.",
+    )
     history_steps: int = Field(
         3, ge=0, description="Previous actions included in a step's state text (the 'short history')."
     )
@@ -81,6 +87,14 @@ class MemoryConfig(BaseModel):
         gt=0,
         le=1,
         description="EMA step of the value label when a memory is used: v <- v + alpha * (target - v).",
+    )
+    actor_decay: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="At a promotion, the share of credit learned under older actors that is forgotten: their "
+        "uses and wins are multiplied by 1 - actor_decay (utility moves toward 0.5) and their value label moves "
+        "that share back toward its label before credit. 0 keeps everything; 1 forgets it all.",
     )
     value_weights: ValueWeights = Field(default_factory=ValueWeights, description="Initial value label weights.")
     capacity_per_family: int = Field(
@@ -140,7 +154,9 @@ class MemoryConfig(BaseModel):
             try:
                 parsed = json.loads(raw)
             except ValueError as e:
-                raise ValueError(f"${self.headers_env} is not valid JSON ({e}); expected e.g. '{{\"X-Key\": \"...\"}}'") from None
+                raise ValueError(
+                    f'${self.headers_env} is not valid JSON ({e}); expected e.g. \'{{"X-Key": "..."}}\''
+                ) from None
             if not isinstance(parsed, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
             ):

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from crl.memory import tags
 from crl.memory.config import ValueWeights
 from crl.memory.records import EpisodeRecord, StepRecord, episode_record_id, state_text, step_record_id
-from crl.memory.trajectory import Episode
+from crl.memory.trajectory import Episode, Step
+from crl.prompts.state import NO_ACTION
 
 
 @dataclass
@@ -35,12 +36,28 @@ def episode_as_of(episode: Episode, n_steps: int, finished: bool) -> Episode:
     return ep
 
 
+def history_action(step: Step) -> str:
+    """A past step as the recent-actions line shows it: its action, else the unusable reply as
+    written, else `(no action)`; the same words the agent's prompt history (and so its
+    retrieval query) holds, so a stored state's text is the text it was queried with.
+
+    Example:
+        >>> history_action(Step(index=0, observation="A hall.", action="", valid=False))
+        '(no action)'
+    """
+    return step.action or step.extra.raw_action or NO_ACTION
+
+
 def _history(episode: Episode, i: int, history_steps: int) -> list[str]:
-    return [s.action for s in episode.steps[max(0, i - history_steps) : i]] if history_steps else []
+    return [history_action(s) for s in episode.steps[max(0, i - history_steps) : i]] if history_steps else []
 
 
 def step_texts(episode: Episode, history_steps: int) -> list[str]:
-    """The state text of each step: goal, the previous `history_steps` actions, observation."""
+    """The state text of each step: goal, the previous `history_steps` actions, observation.
+
+    Step i's text is the one the retriever embedded when the agent stood at step i (same goal,
+    observation and recent actions), so ingest finds it in the bank's embedding cache.
+    """
     return [
         state_text(episode.goal, step.observation, _history(episode, i, history_steps))
         for i, step in enumerate(episode.steps)
@@ -58,9 +75,7 @@ def compute_tags(episode: Episode, novelty: list[float], weights: ValueWeights) 
     rewards = [s.reward for s in episode.steps]
     sparsity = tags.reward_sparsity(rewards)
     success = bool(episode.success)
-    step_values = [
-        tags.step_value(success, r, sparsity, n, weights) for r, n in zip(rewards, novelty)
-    ]
+    step_values = [tags.step_value(success, r, sparsity, n, weights) for r, n in zip(rewards, novelty)]
     mean_novelty = sum(novelty) / len(novelty) if novelty else 0.0
     value = tags.episode_value(success, any(r != 0 for r in rewards), sparsity, mean_novelty, weights)
     return EpisodeTags(list(novelty), step_values, value)

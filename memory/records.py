@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import typing
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -108,9 +108,7 @@ def _trajectory_step_model() -> type[BaseModel]:
         else:
             default = ...
         fields[f.name] = (hints[f.name], default)
-    return create_model(
-        "TrajectoryStep", __config__=ConfigDict(extra="forbid", allow_inf_nan=False), **fields
-    )
+    return create_model("TrajectoryStep", __config__=ConfigDict(extra="forbid", allow_inf_nan=False), **fields)
 
 
 TrajectoryStep = _trajectory_step_model()
@@ -131,13 +129,39 @@ class _Record(BaseModel):
     created_at: float
     updated_at: float
     last_used_at: float | None = None
+    credit_actor: str | None = Field(
+        None,
+        description="The actor (base model + adapter, `memory.actors.actor_key`) whose episode credited this "
+        "memory last; None: never credited, or credited before credit carried the actor.",
+    )
+    credit_uses: float | None = Field(
+        None,
+        ge=0,
+        description="Uses still counted after decay at promotions (None: never decayed, so use_count).",
+    )
+    credit_wins: float | None = Field(
+        None,
+        ge=0,
+        description="Successful uses still counted after decay at promotions (None: never decayed, so use_successes).",
+    )
+    value_prior: float | None = Field(
+        None, description="The value label before its first credit: where decay pulls the value back to."
+    )
+
+    @property
+    def effective_uses(self) -> float:
+        """Uses that still count: `credit_uses` once decayed, else `use_count`."""
+        return float(self.use_count if self.credit_uses is None else self.credit_uses)
+
+    @property
+    def effective_wins(self) -> float:
+        """Successful uses that still count: `credit_wins` once decayed, else `use_successes`."""
+        return float(self.use_successes if self.credit_wins is None else self.credit_wins)
 
     @model_validator(mode="after")
     def _check_version(self):
         if self.schema_version != SCHEMA_VERSION:
-            raise ValueError(
-                f"schema_version {self.schema_version} is not {SCHEMA_VERSION}; migrate the record first"
-            )
+            raise ValueError(f"schema_version {self.schema_version} is not {SCHEMA_VERSION}; migrate the record first")
         if self.use_successes > self.use_count:
             raise ValueError("use_successes cannot exceed use_count")
         return self
@@ -209,7 +233,9 @@ class StepRecord(_Record):
         False, description="The same action was taken after the same observation earlier in the episode (a loop)."
     )
     subgoal_in: int | None = Field(
-        None, ge=0, description="Steps from this one to the next that reached a sub-goal (0: this one did); None if none did."
+        None,
+        ge=0,
+        description="Steps from this one to the next that reached a sub-goal (0: this one did); None if none did.",
     )
 
     @model_validator(mode="after")
@@ -277,8 +303,8 @@ class RuleRecord(_Record):
         return self.seed is None or self.seed == seed
 
 
-Record = Annotated[Union[EpisodeRecord, StepRecord, RuleRecord], Field(discriminator="kind")]
-AnyRecord = Union[EpisodeRecord, StepRecord, RuleRecord]
+Record = Annotated[EpisodeRecord | StepRecord | RuleRecord, Field(discriminator="kind")]
+AnyRecord = EpisodeRecord | StepRecord | RuleRecord
 RECORD_TYPES: dict[str, type[_Record]] = {"episode": EpisodeRecord, "step": StepRecord, "rule": RuleRecord}
 
 
@@ -290,6 +316,6 @@ def record_from_dict(data: dict[str, Any]) -> AnyRecord:
     return RECORD_TYPES[kind].model_validate(data)  # type: ignore[return-value]
 
 
-def utility_of(use_count: int, use_successes: int) -> float:
+def utility_of(use_count: float, use_successes: float) -> float:
     """Laplace-smoothed share of uses that preceded a success: 0.5 when never used."""
     return (use_successes + 1) / (use_count + 2)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from crl.memory.errors import BankError
-
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from crl.memory.errors import BankError
 from crl.memory.storage.journal import JournalEntry
 
 

@@ -31,16 +31,29 @@ transition is resampled: after n uses the initial label keeps a weight of (1 - a
 
     >>> round(ema_update(0.5, 1.0, 0.1), 3)
     0.55
+
+What credit taught is tied to the actor whose episodes gave it. When a better actor is
+promoted, credit learned under older ones is decayed (`memory.retrieval.actor_decay`): the
+value label moves back toward its label before the first credit (`value_prior`; 0.5, the
+value of a memory that neither helps nor hurts, for memories credited before that label
+was kept), keeping a share `keep` of what it learned:
+
+    v <- prior + keep * (v - prior)
+
+    >>> decay_toward(0.9, 0.5, 0.5)
+    0.7
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from crl.memory.config import ValueWeights
 from crl.memory.trajectory import Episode, Step
+
+NEUTRAL_VALUE = 0.5
 
 
 def outcome_of(episode: Episode) -> str:
@@ -104,9 +117,7 @@ def step_value(success: bool, reward: float, sparsity: float, novelty: float, w:
     return w.success * float(success) + w.reward * rarity + w.novelty * novelty
 
 
-def episode_value(
-    success: bool, rewarded: bool, sparsity: float, mean_novelty: float, w: ValueWeights
-) -> float:
+def episode_value(success: bool, rewarded: bool, sparsity: float, mean_novelty: float, w: ValueWeights) -> float:
     """Initial value label of an episode (formula in the module docstring)."""
     return w.success * float(success) + w.reward * sparsity * float(rewarded) + w.novelty * mean_novelty
 
@@ -114,3 +125,8 @@ def episode_value(
 def ema_update(value: float, target: float, alpha: float) -> float:
     """One EMA step of a value label toward `target`: `value + alpha * (target - value)`."""
     return value + alpha * (target - value)
+
+
+def decay_toward(value: float, prior: float, keep: float) -> float:
+    """`value` pulled back toward `prior`, keeping a share `keep` of the difference."""
+    return prior + keep * (value - prior)

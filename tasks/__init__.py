@@ -1,7 +1,6 @@
 """Text environments behind one interface (`TextEnv`), named `family/variant`."""
 
-from crl.tasks.base import Observation, StepOutcome, TextEnv
-from crl.tasks.base import SeedFolds, TaskSpec
+from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskSpec, TextEnv
 from crl.tasks.registry import fold_seeds, get_task, list_tasks, make_env, register
 
 __all__ = [

@@ -12,14 +12,15 @@ tasks import them only when an env is built (`import_suite`).
 
 from __future__ import annotations
 
-from crl.tasks.base import TaskError
-
 import importlib
 import re
 import subprocess
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Generic, TypeVar
+
+from crl.tasks.base import TaskError
 
 Handle = TypeVar("Handle")
 

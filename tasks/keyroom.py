@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from crl.tasks.base import Observation, StepOutcome
+from crl.tasks.base import Observation, StepOutcome, TaskSpec
 from crl.tasks.keyroom_world import (
     DIRECTIONS,
     INVENTORY,
@@ -34,7 +34,6 @@ from crl.tasks.keyroom_world import (
     describe,
     generate_world,
 )
-from crl.tasks.base import TaskSpec
 
 FAMILY = "keyroom"
 
@@ -79,8 +78,7 @@ def goal_text(world: World, variant: str) -> str:
         "door": f"Unlock the {door} with the {key} you carry, then open it.",
         "chest": f"Open the {chest} in the {room} and take the treasure.",
         "compound": (
-            f"Take the {key}, unlock and open the {door}, "
-            f"then take the treasure from the {chest} in the {room}."
+            f"Take the {key}, unlock and open the {door}, then take the treasure from the {chest} in the {room}."
         ),
     }[variant]
 
@@ -116,11 +114,7 @@ def canonical_action(text: str, admissible: list[str]) -> str | None:
     verb, _, target = action.partition(" ")
     if not target:
         return None
-    matches = [
-        a
-        for a in admissible
-        if a.startswith(verb + " ") and _names(a[len(verb) + 1 :], target)
-    ]
+    matches = [a for a in admissible if a.startswith(verb + " ") and _names(a[len(verb) + 1 :], target)]
     return matches[0] if len(matches) == 1 else None
 
 

@@ -140,12 +140,7 @@ def generate_world(seed: int, n_rooms: int | None = None, n_distractors: int = 2
     position = [(0, 0)]
     exits: list[dict[str, int]] = [{}]
     for new in range(1, n):
-        frontier = [
-            (room, d)
-            for room in range(new)
-            for d in DIRECTIONS
-            if _neighbour(position[room], d) not in cells
-        ]
+        frontier = [(room, d) for room in range(new) for d in DIRECTIONS if _neighbour(position[room], d) not in cells]
         room, d = rng.choice(frontier)
         cell = _neighbour(position[room], d)
         cells[cell] = new
@@ -196,11 +191,7 @@ def _neighbour(cell: tuple[int, int], direction: str) -> tuple[int, int]:
 def _visible_items(world: World, state: State) -> list[int]:
     """Items the player can see and reach in the current room (not carried)."""
     in_open_chest = state.room == world.treasure_room and state.chest_open
-    return [
-        i
-        for i, at in enumerate(state.where)
-        if at == state.room or (at == IN_CHEST and in_open_chest)
-    ]
+    return [i for i, at in enumerate(state.where) if at == state.room or (at == IN_CHEST and in_open_chest)]
 
 
 def _carried(state: State) -> list[int]:

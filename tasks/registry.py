@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crl.tasks.base import FOLDS, SeedFolds, TaskSpec, TextEnv
+from crl.tasks.base import TaskSpec, TextEnv
 
 _TASKS: dict[str, TaskSpec] = {}
 _builtin_loaded = False

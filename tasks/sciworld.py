@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from crl.tasks.base import Observation, StepOutcome
+from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskSpec
 from crl.tasks.java_engine import (
     EngineError,
     JavaEngine,
@@ -40,7 +40,6 @@ from crl.tasks.java_engine import (
     normalise_action,
     without_articles,
 )
-from crl.tasks.base import SeedFolds, TaskSpec
 
 FAMILY = "sciworld"
 STEP_LIMIT = 1_000_000  # the engine wrapper's own limit; the runner enforces the real one
@@ -86,12 +85,38 @@ TASKS = {
         Task("freeze", "Matter", "Changes of state (freezing)", 14, 7, 9, 49),
         Task("change-the-state-of-matter-of", "Matter", "Changes of state (any)", 14, 7, 9, 39),
         Task("use-thermometer", "Measurement", "Use a thermometer", 270, 135, 135, 24),
-        Task("measure-melting-point-known-substance", "Measurement", "Measure a melting point (known substance)", 218, 109, 109, 31),
-        Task("measure-melting-point-unknown-substance", "Measurement", "Measure a melting point (unknown substance)", 150, 75, 75, 94),
+        Task(
+            "measure-melting-point-known-substance",
+            "Measurement",
+            "Measure a melting point (known substance)",
+            218,
+            109,
+            109,
+            31,
+        ),
+        Task(
+            "measure-melting-point-unknown-substance",
+            "Measurement",
+            "Measure a melting point (unknown substance)",
+            150,
+            75,
+            75,
+            94,
+        ),
         Task("power-component", "Electricity", "Create a circuit", 10, 5, 5, 13),
-        Task("power-component-renewable-vs-nonrenewable-energy", "Electricity", "Renewable vs non-renewable energy", 10, 5, 5, 28),
+        Task(
+            "power-component-renewable-vs-nonrenewable-energy",
+            "Electricity",
+            "Renewable vs non-renewable energy",
+            10,
+            5,
+            5,
+            28,
+        ),
         Task("test-conductivity", "Electricity", "Test conductivity (known)", 450, 225, 225, 43),
-        Task("test-conductivity-of-unknown-substances", "Electricity", "Test conductivity (unknown)", 300, 150, 150, 23),
+        Task(
+            "test-conductivity-of-unknown-substances", "Electricity", "Test conductivity (unknown)", 300, 150, 150, 23
+        ),
         Task("find-living-thing", "Classification", "Find a living thing", 150, 75, 75, 16),
         Task("find-non-living-thing", "Classification", "Find a non-living thing", 150, 75, 75, 11),
         Task("find-plant", "Classification", "Find a plant", 150, 75, 75, 12),
@@ -103,7 +128,15 @@ TASKS = {
         Task("chemistry-mix-paint-tertiary-color", "Chemistry", "Mixing paints (tertiary colours)", 18, 9, 9, 39),
         Task("lifespan-longest-lived", "Biology", "Identify the longest-lived animal", 62, 31, 32, 8),
         Task("lifespan-shortest-lived", "Biology", "Identify the shortest-lived animal", 62, 31, 32, 8),
-        Task("lifespan-longest-lived-then-shortest-lived", "Biology", "Identify the longest- then shortest-lived animal", 62, 31, 32, 9),
+        Task(
+            "lifespan-longest-lived-then-shortest-lived",
+            "Biology",
+            "Identify the longest- then shortest-lived animal",
+            62,
+            31,
+            32,
+            9,
+        ),
         Task("identify-life-stages-1", "Biology", "Identify life stages (plant)", 6, 3, 5, 41),
         Task("identify-life-stages-2", "Biology", "Identify life stages (animal)", 4, 2, 4, 17),
         Task("inclined-plane-determine-angle", "Forces", "Inclined planes (determine the angle)", 84, 42, 42, 159),
@@ -284,10 +317,7 @@ def action_hint(templates: list[str], objects: list[str], limit: int = HINT_LIMI
             break
         shown.append(name)
         used += len(name) + 2
-    return (
-        f"Actions you can use (OBJ is an object here): {', '.join(templates)}\n"
-        f"Objects here: {', '.join(shown)}"
-    )
+    return f"Actions you can use (OBJ is an object here): {', '.join(templates)}\nObjects here: {', '.join(shown)}"
 
 
 def parse_subgoals(progress: str) -> dict[str, bool]:

@@ -32,9 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from crl.tasks.base import Observation, StepOutcome
+from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskSpec
 from crl.tasks.java_engine import EngineError, import_suite, invalid_feedback, match_action
-from crl.tasks.base import SeedFolds, TaskSpec
 
 FAMILY = "tw"
 FOLDS = SeedFolds()

@@ -36,9 +36,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from crl.tasks.base import Observation, StepOutcome
+from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskSpec
 from crl.tasks.java_engine import EngineError, JavaEngine, import_suite, invalid_feedback, match_action, shutdown_java
-from crl.tasks.base import SeedFolds, TaskSpec
 
 FAMILY = "twx"
 FOLDS = SeedFolds(train=range(0, 1000), dev=range(10_000, 11_000), test=range(20_000, 21_000))
@@ -210,7 +209,7 @@ class TwxEnv:
 
 def _max_raw_score(raw) -> int | None:
     """The game's maximum raw score; the Python API does not expose it, its scorer does."""
-    from py4j.protocol import Py4JNetworkError, Py4JError
+    from py4j.protocol import Py4JError, Py4JNetworkError
 
     try:
         return int(round(raw.server.game().scorer().maxScore()))

@@ -18,8 +18,8 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -179,7 +179,9 @@ def open_bank(request, mode, tmp_path) -> BankFactory:
     namespace = "t" + uuid.uuid4().hex[:10]
     opened: list[ExperienceBank] = []
 
-    def factory(memory_dir: Path | None = None, runs_dir: Path | None = None, embedder=None, **fields) -> ExperienceBank:
+    def factory(
+        memory_dir: Path | None = None, runs_dir: Path | None = None, embedder=None, **fields
+    ) -> ExperienceBank:
         fields.setdefault("namespace", namespace)
         fields.setdefault("fsync_journal", False)
         if server is not None:
@@ -222,7 +224,9 @@ def make_episode(
     )
     for t in range(n_steps):
         last = finished and t == n_steps - 1
-        obs = words or f"You are in the {ROOMS[(i + t) % len(ROOMS)]}. Exits lead {ROOMS[(i + 2 * t + 1) % len(ROOMS)]}."
+        obs = (
+            words or f"You are in the {ROOMS[(i + t) % len(ROOMS)]}. Exits lead {ROOMS[(i + 2 * t + 1) % len(ROOMS)]}."
+        )
         ep.steps.append(
             Step(
                 index=t,

@@ -97,7 +97,9 @@ def tiny_dataset(root: Path, name: str = "ds") -> Path:
         "episode_id": "ep:keyroom:r-0000",
         "step_id": "st:keyroom:r-0000:0",
     }
-    built = BuiltDataset("sft", [row], source_episode_ids=["ep:keyroom:r-0000"], source_step_ids=["st:keyroom:r-0000:0"])
+    built = BuiltDataset(
+        "sft", [row], source_episode_ids=["ep:keyroom:r-0000"], source_step_ids=["st:keyroom:r-0000:0"]
+    )
     write_dataset(root / name, built, filters={"min_value": 0.0})
     return root / name
 
@@ -110,8 +112,17 @@ def fake_trained(root: Path, name: str) -> Path:
     return folder
 
 
-def register_fake(registry: AdapterRegistry, tmp_path: Path, adapter_id: str, parent: str | None = None, kind: str = "sft"):
+def register_fake(
+    registry: AdapterRegistry, tmp_path: Path, adapter_id: str, parent: str | None = None, kind: str = "sft"
+):
     return registry.register(
-        adapter_id, kind, fake_trained(tmp_path, adapter_id), BASE, "/models/base", tiny_dataset(tmp_path, f"ds-{adapter_id}"),
-        config={"lora_rank": 4}, metrics={"train_loss": 1.0, "log_history": [{"loss": 1.0}]}, parent=parent,
+        adapter_id,
+        kind,
+        fake_trained(tmp_path, adapter_id),
+        BASE,
+        "/models/base",
+        tiny_dataset(tmp_path, f"ds-{adapter_id}"),
+        config={"lora_rank": 4},
+        metrics={"train_loss": 1.0, "log_history": [{"loss": 1.0}]},
+        parent=parent,
     )

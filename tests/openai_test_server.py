@@ -3,6 +3,12 @@
 Endpoints: `POST /v1/chat/completions` (non-streaming) and `GET /v1/models`. Requests
 that arrive together with the same decoding settings are generated as one batch, so a
 client sending concurrent requests (the `openai` backend does) gets batched generation.
+Two scoring extensions can be switched on, as real servers offer them:
+`systemone=True` answers `POST /v1/systemone` (transformers serve's `choice` questions)
+with the served model's `score_actions`, and `prompt_logprobs=` (a `PromptLogprobs`, such as
+`word_prompt_logprobs` or `local_prompt_logprobs`) answers chat completions that ask for
+`prompt_logprobs` with `continue_final_message` as vLLM does. A server without them rejects
+those fields (400) or, with `unknown_fields="ignore"`, ignores them as some servers do.
 The tests use it to drive the `openai` backend, its retries and its error messages
 against a real HTTP server (fault injection included) without a real model server. It
 binds to loopback by default, and `api_key=` adds a bearer-token check. To serve a model
@@ -16,6 +22,7 @@ import ipaddress
 import json
 import logging
 import queue
+import re
 import socket
 import threading
 import time
@@ -23,7 +30,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -33,6 +40,15 @@ log = logging.getLogger(__name__)
 
 API_PREFIX = "/v1"
 MAX_BODY_BYTES = 16 * 1024 * 1024
+SYSTEMONE_MAX_OPTIONS = 26  # transformers' DecisionPipeline labels options A to Z
+PROMPT_LOGPROB_FIELDS = ("prompt_logprobs", "continue_final_message", "add_generation_prompt")
+
+
+class PromptLogprobs(Protocol):
+    """Per prompt token of the conversation (its final message continued, not closed):
+    None for the first token, then `(token_id, decoded_text, logprob)`."""
+
+    def __call__(self, messages: list[Message]) -> list[tuple[int, str, float] | None]: ...
 
 
 class _TextPart(BaseModel):
@@ -75,6 +91,13 @@ class ChatCompletionRequest(BaseModel):
     user: str | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+    prompt_logprobs: int | None = Field(default=None, ge=0)
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None
+
+    def extension_fields(self) -> list[str]:
+        """The vLLM extension fields this request sets."""
+        return [name for name in PROMPT_LOGPROB_FIELDS if getattr(self, name) is not None]
 
     def to_config(self) -> GenerationConfig:
         """The decoding settings as a `GenerationConfig`."""
@@ -87,6 +110,22 @@ class ChatCompletionRequest(BaseModel):
             stop=stop,
             seed=self.seed,
         )
+
+
+class _ChoiceQuestion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["choice"]
+    criteria: dict[str, str | None] = Field(min_length=1)
+    instructions: str | None = None
+
+
+class SystemOneRequest(BaseModel):
+    """The body of `POST /v1/systemone` this server understands: `choice` questions only."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    state: str
+    questions: dict[str, _ChoiceQuestion] = Field(min_length=1, max_length=64)
 
 
 @dataclass
@@ -121,6 +160,9 @@ class ChatServer(ThreadingHTTPServer):
         api_key: str | None,
         max_batch: int,
         batch_window_s: float,
+        systemone: bool = False,
+        prompt_logprobs: PromptLogprobs | None = None,
+        unknown_fields: Literal["reject", "ignore"] = "reject",
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -135,6 +177,10 @@ class ChatServer(ThreadingHTTPServer):
         self._max_batch = max_batch
         self._batch_window_s = batch_window_s
         self._workers: list[threading.Thread] = []
+        self.systemone = systemone
+        self.prompt_logprobs = prompt_logprobs
+        self.unknown_fields = unknown_fields
+        self._model_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -208,6 +254,18 @@ class ChatServer(ThreadingHTTPServer):
         self._jobs.put(job)
         return job.result.result()
 
+    def _choice(self, state: str, options: list[str]) -> list[float]:
+        """The served model's probabilities of `options` as answers about `state`."""
+        with self._model_lock:
+            [dist] = self.model.score_actions([[{"role": "user", "content": state}]], [options])
+        return dist.probs
+
+    def _prompt_logprobs(self, messages: list[Message]) -> list[dict[str, dict[str, Any]] | None]:
+        """vLLM's `prompt_logprobs` with `prompt_logprobs=0`: the prompt token's own entry only."""
+        with self._model_lock:
+            tokens = self.prompt_logprobs(messages)
+        return [None if t is None else {str(t[0]): {"logprob": t[2], "rank": 1, "decoded_token": t[1]}} for t in tokens]
+
     def _batch_loop(self) -> None:
         # One thread owns the model: local models are not safe to call from many threads,
         # and grouping concurrent requests into one batch is what makes them fast.
@@ -263,7 +321,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if not self._admit():
             return
-        if self.path.rstrip("/") != f"{API_PREFIX}/chat/completions":
+        path = self.path.rstrip("/")
+        if path == f"{API_PREFIX}/systemone" and self.server.systemone:
+            self._systemone()
+            return
+        if path != f"{API_PREFIX}/chat/completions":
+            self._discard_body()  # left unread, it would be parsed as the next request on this connection
             self._send_error(404, f"no route POST {self.path}; try POST {API_PREFIX}/chat/completions")
             return
         try:
@@ -276,6 +339,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, f"invalid chat completion request: {exc}")
             return
         messages = [m.to_message() for m in request.messages]
+        extensions = request.extension_fields()
+        if extensions and self.server.prompt_logprobs is not None:
+            self._send_prompt_logprobs(request, messages)
+            return
+        if extensions and self.server.unknown_fields == "reject":
+            self._send_error(
+                400, f"invalid chat completion request: {', '.join(extensions)}: extra inputs are not permitted"
+            )
+            return
         try:
             completion = self.server._generate(messages, request.to_config())
         except Exception as exc:
@@ -283,6 +355,55 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(500, f"the model failed: {type(exc).__name__}: {exc}", "server_error")
             return
         self._send_json(200, self._completion_body(completion))
+
+    def _systemone(self) -> None:
+        try:
+            request = SystemOneRequest.model_validate(json.loads(self._read_body() or b"null"))
+        except ValidationError as exc:
+            self._send_error(422, f"invalid systemone request: {_describe(exc)}")
+            return
+        except ValueError as exc:
+            self._send_error(422, f"invalid systemone request: {exc}")
+            return
+        answers = {}
+        for name, question in request.questions.items():
+            options = list(question.criteria)
+            if len(options) > SYSTEMONE_MAX_OPTIONS:
+                self._send_error(
+                    422,
+                    f"question {name!r}: this model reads at most {SYSTEMONE_MAX_OPTIONS} options, got {len(options)}",
+                )
+                return
+            try:
+                probs = self.server._choice(request.state, options)
+            except Exception as exc:
+                log.exception("model failed to score")
+                self._send_error(500, f"the model failed: {type(exc).__name__}: {exc}", "server_error")
+                return
+            by_option = dict(zip(options, probs))
+            best = max(by_option, key=by_option.get)
+            answers[name] = {"type": "choice", "choice": best, "probabilities": by_option}
+        tokens = len(request.state.split())
+        self._send_json(
+            200, {"model": request.model, "answers": answers, "usage": {"input_tokens": tokens, "output_tokens": 0}}
+        )
+
+    def _send_prompt_logprobs(self, request: ChatCompletionRequest, messages: list[Message]) -> None:
+        if not request.continue_final_message or request.add_generation_prompt or messages[-1]["role"] != "assistant":
+            self._send_error(
+                400,
+                "prompt_logprobs is served for a continued final assistant message only "
+                "(continue_final_message=true, add_generation_prompt=false)",
+            )
+            return
+        try:
+            entries = self.server._prompt_logprobs(messages)
+        except Exception as exc:
+            log.exception("model failed to score the prompt")
+            self._send_error(500, f"the model failed: {type(exc).__name__}: {exc}", "server_error")
+            return
+        body = self._completion_body(Completion(text="", prompt_tokens=len(entries), finish_reason="length"))
+        self._send_json(200, body | {"prompt_logprobs": entries})
 
     def _admit(self) -> bool:
         """Apply auth and injected faults; False when the request was already answered."""
@@ -387,6 +508,9 @@ def serve_chat_model(
     api_key: str | None = None,
     max_batch: int = 8,
     batch_window_s: float = 0.01,
+    systemone: bool = False,
+    prompt_logprobs: PromptLogprobs | None = None,
+    unknown_fields: Literal["reject", "ignore"] = "reject",
 ) -> tuple[ChatServer, str]:
     """Start serving `model` over an OpenAI-compatible API in background threads.
 
@@ -398,6 +522,10 @@ def serve_chat_model(
         api_key: when set, requests must send `Authorization: Bearer <api_key>`.
         max_batch: most requests generated together.
         batch_window_s: how long the first request of a batch waits for company.
+        systemone: answer `POST /v1/systemone` choice questions with `model.score_actions`.
+        prompt_logprobs: answer vLLM-style `prompt_logprobs` requests with these log-probs.
+        unknown_fields: what a server without `prompt_logprobs` does with its fields:
+            "reject" (400) or "ignore" (generate as usual).
 
     Returns:
         The running server (call `server.stop()`) and its base URL, ending in `/v1`.
@@ -416,9 +544,49 @@ def serve_chat_model(
             model.name,
             host,
         )
-    server = ChatServer(model, (host, port), api_key, max_batch, batch_window_s)
+    server = ChatServer(
+        model, (host, port), api_key, max_batch, batch_window_s, systemone, prompt_logprobs, unknown_fields
+    )
     server.start()
     return server, server.url
+
+
+def word_prompt_logprobs(table: dict[str, float], default: float = -5.0) -> PromptLogprobs:
+    """A fake model's prompt log-probs: a word (with its leading space) is one token whose
+    log-prob is `table[word]`, or `default`.
+
+    The conversation renders as `<|role|>\ncontent\n` per message, the final one left open.
+
+    Example:
+        with `{"take": -1.0, "key": -3.0}`, the prompt ending `Action: take key` ends with the
+        tokens `" take"` (-1.0) and `" key"` (-3.0).
+    """
+
+    def logprobs(messages: list[Message]) -> list[tuple[int, str, float] | None]:
+        text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages[:-1])
+        text += f"<|{messages[-1]['role']}|>\n{messages[-1]['content']}"
+        words = re.findall(r"\s*\S+", text)
+        return [None] + [(i + 1, w, table.get(w.strip(), default)) for i, w in enumerate(words[1:])]
+
+    return logprobs
+
+
+def local_prompt_logprobs(chat) -> PromptLogprobs:
+    """A `LocalChatModel`'s prompt log-probs, as vLLM computes them: the conversation rendered
+    with its final message continued (`chat.render`), one forward pass, the log-prob of each
+    token after the ones before it."""
+
+    def logprobs(messages: list[Message]) -> list[tuple[int, str, float] | None]:
+        import torch
+
+        tokenizer = chat._tokenizer()
+        ids = chat._encode(chat.render(messages))
+        with torch.inference_mode():
+            logits = chat.model(input_ids=torch.tensor([ids], device=chat.device)).logits[0].float()
+        lp = logits.log_softmax(-1)
+        return [None] + [(ids[t], tokenizer.decode([ids[t]]), float(lp[t - 1, ids[t]])) for t in range(1, len(ids))]
+
+    return logprobs
 
 
 def _describe(exc: ValidationError) -> str:

@@ -7,15 +7,15 @@ texts sharing no word have similarity about 0 and identical texts exactly 1.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pytest
 
 from crl.memory.bank import ExperienceBank
 from crl.memory.config import MemoryConfig
-from crl.memory.storage.embeddings import HashingEmbedding
 from crl.memory.records import EpisodeRecord, StepRecord, episode_record_id, step_record_id
+from crl.memory.storage.embeddings import HashingEmbedding
 from crl.memory.trajectory import Episode, Step
 from tests.chroma_server import no_default_embedding  # noqa: F401  (autouse guard)
 
@@ -29,6 +29,10 @@ class CountingEmbedding(HashingEmbedding):
     def __init__(self, dim: int = 64):
         super().__init__(dim)
         self.calls: list[int] = []
+
+    @staticmethod
+    def name() -> str:
+        return "crl-hashing-counting"  # its own name: Chroma registers the class a collection is made with
 
     def embed(self, texts):
         self.calls.append(len(texts))

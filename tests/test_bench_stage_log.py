@@ -15,6 +15,7 @@ def test_a_rerun_reuses_finished_stages_and_plays_the_rest(tmp_path):
         def run():
             calls.append(value)
             return {"value": value}
+
         return run
 
     first = StageLog(path, echo=False)

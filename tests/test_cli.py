@@ -36,7 +36,7 @@ def test_run_runs_show_and_json(crl_home, scripted):
     scripted([f" {a}" for s in seeds for a in solve(s, "key")])
     r = invoke("run", "keyroom/key", "--episodes", "2", "--parallel", "1", "--json")
     assert r.exit_code == 0, r.output
-    report = json.loads(r.output[r.output.index("{"):])
+    report = json.loads(r.output[r.output.index("{") :])
     assert report["episodes"] == 2 and report["success_rate"] == 1.0
     lo, hi = report["ci95"]
     assert 0 < lo < hi == 1.0
@@ -62,7 +62,7 @@ def test_eval_reports_interval_on_dev_fold(crl_home, scripted):
     model = scripted(lambda msgs: " hmm\nAction: look")
     r = invoke("eval", "keyroom/door", "--fold", "dev", "-n", "3", "--max-steps", "1", "--json")
     assert r.exit_code == 0, r.output
-    report = json.loads(r.output[r.output.index("{"):])
+    report = json.loads(r.output[r.output.index("{") :])
     assert report["fold"] == "dev" and report["episodes"] == 3 and report["ci95"][0] == 0.0
     assert len(model.calls) >= 1
 
@@ -91,7 +91,7 @@ def test_run_with_finetune_auto_checks_the_scheduler_and_runs_a_due_round(crl_ho
     monkeypatch.setenv("CRL_FINETUNE__AUTO_MIN_NEW_EPISODES", "3")
     r = invoke("run", "keyroom/key", "-n", "2", "--parallel", "1", "--policy", "llm", "--finetune-auto", "--json")
     assert r.exit_code == 0, r.output
-    report = json.loads(r.output[r.output.index("{"):])
+    report = json.loads(r.output[r.output.index("{") :])
     assert report["finetune_round"] == {"new_episodes": 2, "threshold": 3}
 
     rounds = []
@@ -112,7 +112,7 @@ def test_run_with_finetune_auto_checks_the_scheduler_and_runs_a_due_round(crl_ho
 def test_finetune_auto_once_reports_the_check(crl_home):
     r = invoke("finetune", "auto", "--once", "--min-new", "4", "--json")
     assert r.exit_code == 0, r.output
-    line = json.loads(r.output[r.output.index("{"):])
+    line = json.loads(r.output[r.output.index("{") :])
     assert (line["new_episodes"], line["threshold"]) == (0, 4) and "round" not in line
     r = invoke("finetune", "auto", "--once", "--min-new", "4")
     assert "fine-tuning: 0/4 new qualifying episodes; no round yet" in r.output

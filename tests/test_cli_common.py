@@ -86,13 +86,16 @@ def test_emit_calls_a_view_only_for_people(printed):
     assert seen == ["drawn"]
 
 
-@pytest.mark.parametrize(("choice", "model", "field"), [
-    (common.Backend, LLMSettings, "backend"),
-    (common.MemoryMode, AgentSettings, "memory"),
-    (common.Policy, AgentSettings, "policy"),
-    (common.Rerank, RetrievalConfig, "rerank"),
-    (common.RoundKind, FinetuneConfig, "auto_kind"),
-])
+@pytest.mark.parametrize(
+    ("choice", "model", "field"),
+    [
+        (common.Backend, LLMSettings, "backend"),
+        (common.MemoryMode, AgentSettings, "memory"),
+        (common.Policy, AgentSettings, "policy"),
+        (common.Rerank, RetrievalConfig, "rerank"),
+        (common.RoundKind, FinetuneConfig, "auto_kind"),
+    ],
+)
 def test_choice_options_accept_exactly_what_the_settings_accept(choice, model, field):
     assert [c.value for c in choice] == list(get_args(model.model_fields[field].annotation))
 
@@ -101,15 +104,18 @@ def invoke(*args: str):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-@pytest.mark.parametrize(("args", "option"), [
-    (["run", "keyroom/key", "--policy", "smart"], "--policy"),
-    (["run", "keyroom/key", "--memory", "some"], "--memory"),
-    (["eval", "keyroom/key", "--backend", "cloud"], "--backend"),
-    (["eval", "keyroom/key", "--rerank", "best"], "--rerank"),
-    (["eval", "keyroom/key", "--fold", "train"], "--fold"),
-    (["finetune", "auto", "--kind", "ppo"], "--kind"),
-    (["dataset", "build", "grpo"], "'kind'"),
-])
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["run", "keyroom/key", "--policy", "smart"], "--policy"),
+        (["run", "keyroom/key", "--memory", "some"], "--memory"),
+        (["eval", "keyroom/key", "--backend", "cloud"], "--backend"),
+        (["eval", "keyroom/key", "--rerank", "best"], "--rerank"),
+        (["eval", "keyroom/key", "--fold", "train"], "--fold"),
+        (["finetune", "auto", "--kind", "ppo"], "--kind"),
+        (["dataset", "build", "grpo"], "'kind'"),
+    ],
+)
 def test_a_wrong_choice_is_refused_by_the_parser(crl_home, args, option):
     r = invoke(*args)
     assert r.exit_code == 2 and "Invalid value" in r.output and option in r.output
@@ -119,7 +125,7 @@ def test_a_wrong_choice_is_refused_by_the_parser(crl_home, args, option):
 def test_help_lists_the_choices_and_shows_no_type_beside_flags(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     text = invoke("run", "--help").output
-    assert "<llm|memory|mixed|random>" in text and "<off|cases|steps|full>" in text
+    assert "<llm|memory|mixed|posterior|random>" in text and "<off|cases|steps|full>" in text
     assert "<auto|local|openai>" in text and "<default|cross-encoder>" in text
     assert "<bool>" not in text and "<bool>" not in invoke("--help").output
 
@@ -134,10 +140,16 @@ def root_logging():
     root.setLevel(level)
 
 
-@pytest.mark.parametrize(("flags", "level"), [
-    (["-v"], logging.INFO), (["-vv"], logging.DEBUG), (["--log-level", "error"], logging.ERROR),
-    (["--log-level", "DEBUG"], logging.DEBUG), (["-v", "--log-level", "warning"], logging.WARNING),
-])
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [
+        (["-v"], logging.INFO),
+        (["-vv"], logging.DEBUG),
+        (["--log-level", "error"], logging.ERROR),
+        (["--log-level", "DEBUG"], logging.DEBUG),
+        (["-v", "--log-level", "warning"], logging.WARNING),
+    ],
+)
 def test_verbose_and_log_level_set_the_root_logger(crl_home, root_logging, flags, level):
     root_logging.setLevel(logging.CRITICAL)
     assert invoke(*flags, "tasks", "--json").exit_code == 0
@@ -156,7 +168,9 @@ def test_runs_at_80_columns_shows_whole_ids_and_outcomes(crl_home, monkeypatch):
     model = ScriptedModel([f" {a}" for s in seeds for a in solve(s, "key")], name=LONG_MODEL)
     monkeypatch.setattr(crl.agent.app, "build_chat_model", lambda settings: model)
     for seed in range(2):
-        r = invoke("run", "keyroom/key", "-n", "1", "--seed", seed, "--parallel", "1", "--no-memory", "--no-reflect", "--json")
+        r = invoke(
+            "run", "keyroom/key", "-n", "1", "--seed", seed, "--parallel", "1", "--no-memory", "--no-reflect", "--json"
+        )
         assert r.exit_code == 0, r.output
     monkeypatch.setenv("COLUMNS", "80")
     assert common.out.width == 80
@@ -182,8 +196,7 @@ def cli_modules() -> list[str]:
 
 @pytest.mark.parametrize("module", cli_modules())
 def test_each_cli_module_imports_alone_without_heavy_libraries(module):
-    probe = (f"import sys, json; import {module}; "
-             f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
+    probe = f"import sys, json; import {module}; print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == []

@@ -68,8 +68,20 @@ def built_home(tmp_path_factory, shared_embedder) -> Path:
         assert r.exit_code == 0, r.output
         looker = ScriptedModel(lambda msgs: " look")
         mp.setattr(crl.agent.app, "build_chat_model", lambda settings: looker)
-        r = invoke("--home", home, "run", "keyroom/key", "-n", N_FAILED, "--seed", N_SOLVED, "--max-steps", "3",
-                   "--policy", "llm")
+        r = invoke(
+            "--home",
+            home,
+            "run",
+            "keyroom/key",
+            "-n",
+            N_FAILED,
+            "--seed",
+            N_SOLVED,
+            "--max-steps",
+            "3",
+            "--policy",
+            "llm",
+        )
         assert r.exit_code == 0, r.output
     return home
 

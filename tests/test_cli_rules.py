@@ -87,7 +87,13 @@ def test_reflect_reports_and_the_rules_list_shows_the_result(home, monkeypatch):
     assert (report["accepted"], report["rejected"], report["errors"]) == (2, 2, [])
     assert report["outcomes"][1]["accepted"][0]["note"].endswith("counted as AGREE on it")
     (rule,) = rules_json(home)
-    assert (rule["text"], rule["score"], rule["model"], rule["scope_label"], rule["pinned"]) == (RULE, 3.0, "scripted", "keyroom", False)
+    assert (rule["text"], rule["score"], rule["model"], rule["scope_label"], rule["pinned"]) == (
+        RULE,
+        3.0,
+        "scripted",
+        "keyroom",
+        False,
+    )
     assert rule["reflections"] == [report["id"]] and len(rule["provenance"]) == 3  # the pair and the other success
     table = ok(invoke(home, "memory", "rules", "ls"))
     assert "Take the key before you" in table and "scripted" in table
@@ -115,7 +121,12 @@ def test_reflect_model_flag_builds_another_model_without_the_adapter(home, monke
     built = use_model(monkeypatch, ScriptedModel(lambda messages: "AGREE 1", supports_prefill=False))
     ok(invoke(home, "reflect", "--reflect-model", "/models/stronger", "--reflect-base-url", "http://127.0.0.1:9/v1"))
     llm = built[0].llm
-    assert (llm.model, llm.base_url, llm.adapter, llm.backend) == ("/models/stronger", "http://127.0.0.1:9/v1", None, "auto")
+    assert (llm.model, llm.base_url, llm.adapter, llm.backend) == (
+        "/models/stronger",
+        "http://127.0.0.1:9/v1",
+        None,
+        "auto",
+    )
 
 
 def test_show_edit_pin_and_rm_a_rule(home, monkeypatch):

@@ -36,7 +36,8 @@ def test_default_is_the_promoted_adapter_and_none_promoted_says_what_to_do(regis
 def test_a_hub_id_base_is_passed_through(registry, tmp_path):
     register_fake(registry, tmp_path, "sft-1")
     assert vllm_serve_command(registry, BASE, "HuggingFaceTB/SmolLM2-135M-Instruct", ["sft-1"])[2] == (
-        "HuggingFaceTB/SmolLM2-135M-Instruct")
+        "HuggingFaceTB/SmolLM2-135M-Instruct"
+    )
 
 
 @pytest.mark.parametrize(("rank", "allowed"), [(4, 8), (8, 8), (12, 16), (300, 320), (1024, 1024)])

@@ -16,8 +16,8 @@ import pytest
 from crl.agent.app import open_bank
 from crl.agent.config import load_settings
 from crl.agent.llm.scripted import ScriptedModel
-from tests.openai_test_server import serve_chat_model
 from crl.memory.storage.episode_log import iter_events
+from tests.openai_test_server import serve_chat_model
 
 
 def slow_look(messages):
@@ -27,8 +27,24 @@ def slow_look(messages):
 
 def crl(home: Path, url: str, *args: str) -> subprocess.Popen:
     env = dict(os.environ, CRL_HOME=str(home), OPENAI_API_KEY="not-needed")
-    cmd = [sys.executable, "-m", "crl", "run", "keyroom/compound", "--backend", "openai",
-           "--base-url", url, "--model", "scripted", "--policy", "llm", "--memory", "off", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "crl",
+        "run",
+        "keyroom/compound",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        "scripted",
+        "--policy",
+        "llm",
+        "--memory",
+        "off",
+        *args,
+    ]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -47,7 +63,7 @@ def test_sigkill_mid_run_then_resume_stores_every_step_once(tmp_path):
     server, url = serve_chat_model(ScriptedModel(slow_look))
     try:
         run_id = None
-        for attempt in range(3):
+        for _attempt in range(3):
             args = ["--resume", run_id] if run_id else ["-n", "6", "-k", "2", "--max-steps", "12"]
             proc = crl(home, url, *args)
             before = len(logged_steps(home))
@@ -62,7 +78,7 @@ def test_sigkill_mid_run_then_resume_stores_every_step_once(tmp_path):
         final = crl(home, url, "--resume", run_id, "--json")
         out, errs = final.communicate(timeout=300)
         assert final.returncode == 0, errs
-        report = json.loads(out[out.index("{"):])
+        report = json.loads(out[out.index("{") :])
         assert report["episodes"] == 6
     finally:
         server.stop()

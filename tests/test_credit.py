@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from crl.memory.retrieval.credit import credit_episode, credit_target, family_success_rate
-from crl.memory.retrieval.retriever import Retriever, RetrievalQuery
 from crl.memory.retrieval.config import RetrievalConfig
+from crl.memory.retrieval.credit import credit_episode, credit_target, family_success_rate
+from crl.memory.retrieval.retriever import RetrievalQuery, Retriever
 from crl.memory.tags import ema_update
 from tests.retrieval_fixtures import GOAL, HALL, bank, episode, no_default_embedding  # noqa: F401
 

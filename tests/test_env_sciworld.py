@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("scienceworld", reason="needs the envs extra: pip install 'complementary-rl[envs]'")
 
-from crl.tasks.registry import FOLDS, get_task, make_env  # noqa: E402
+from crl.tasks.base import FOLDS  # noqa: E402
+from crl.tasks.registry import get_task, make_env  # noqa: E402
 from crl.tasks.sciworld import TASKS, SciWorldEnv, action_hint, parse_subgoals  # noqa: E402
 
 pytestmark = pytest.mark.slow  # one JVM start plus task loads: several seconds
@@ -204,8 +205,13 @@ def test_random_baseline_draws_from_the_engines_valid_actions(env, tmp_path):
     valid = env.valid_actions()
     assert "look around" in valid and len(valid) > 50
     model = ScriptedModel([])
-    settings = load_settings({"home": str(tmp_path), "agent": {"policy": "random", "parallel": 1, "max_steps": 3},
-                              "memory": {"enabled": False}})
+    settings = load_settings(
+        {
+            "home": str(tmp_path),
+            "agent": {"policy": "random", "parallel": 1, "max_steps": 3},
+            "memory": {"enabled": False},
+        }
+    )
     result = start_run(settings, "sciworld/find-living-thing", 1, model=model)
     steps = result.episodes[0].steps
     assert model.calls == [] and steps and all(s.decided_by == "random" for s in steps)

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("textworld", reason="needs the envs extra: pip install 'complementary-rl[envs]'")
 
-from crl.tasks.registry import FOLDS, get_task, make_env  # noqa: E402
+from crl.tasks.base import FOLDS  # noqa: E402
+from crl.tasks.registry import get_task, make_env  # noqa: E402
 from crl.tasks.textworld_games import (  # noqa: E402
     KINDS,
     TextWorldEnv,

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("textworld_express", reason="needs the envs extra: pip install 'complementary-rl[envs]'")
 
-from crl.tasks.base import TextEnv  # noqa: E402
+from crl.tasks.base import FOLDS, TextEnv  # noqa: E402
 from crl.tasks.java_engine import SuiteNotInstalled, java_process, match_action  # noqa: E402
-from crl.tasks.registry import FOLDS, get_task, make_env  # noqa: E402
+from crl.tasks.registry import get_task, make_env  # noqa: E402
 from crl.tasks.twx import GAMES, TwxEnv, fold_of  # noqa: E402
 
 REQUIRED = ("coin", "twc", "cookingworld", "mapreader", "sorting", "arithmetic")
@@ -105,7 +105,7 @@ def _check_gold_paths(env, game):
         gold = env.gold_actions()
         assert gold, (game, seed)
         total = 0.0
-        for i, action in enumerate(gold):
+        for i, action in enumerate(gold):  # noqa: B007 (i names the unplayed rest on failure)
             obs, reward, done, info = env.step(action)
             total += reward
             if done:

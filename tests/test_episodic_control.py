@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from crl.memory.ingest import EpisodeTags, build_records
+from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.episodic_control import (
     ActionValue,
     action_values,
@@ -14,9 +16,7 @@ from crl.memory.retrieval.episodic_control import (
     normalise_action,
     vote_weight,
 )
-from crl.memory.ingest import EpisodeTags, build_records
-from crl.memory.retrieval.retriever import Retriever, RetrievalQuery
-from crl.memory.retrieval.config import RetrievalConfig
+from crl.memory.retrieval.retriever import RetrievalQuery, Retriever
 from tests.retrieval_fixtures import GOAL, HALL, bank, episode, no_default_embedding, step_record  # noqa: F401
 
 CFG = RetrievalConfig()
@@ -172,7 +172,9 @@ def test_retriever_values_admissible_actions_from_the_bank(bank):
     for i in range(5, 8):
         bank.ingest_episode(episode("r1", i, ["look", "look"], False, [HALL, HALL]))
     query = RetrievalQuery("keyroom", "keyroom/key", GOAL, HALL, [], ["look", "go north", "take brass key"])
-    pack = Retriever(bank, RetrievalConfig(epsilon=0.0)).retrieve([query, RetrievalQuery(**{**query.__dict__, "admissible": None})])
+    pack = Retriever(bank, RetrievalConfig(epsilon=0.0)).retrieve(
+        [query, RetrievalQuery(**{**query.__dict__, "admissible": None})]
+    )
     values = pack[0].action_values
     assert list(values)[0] == "take brass key"
     assert values["take brass key"].hint == "take brass key → success 4 of 5"

@@ -78,7 +78,16 @@ def test_adapters_ls_promote_rollback_rm_and_serve_args(crl_home, tmp_path, quar
     monkeypatch.setattr("crl.agent.finetuning.base_model_path", lambda settings, base_=None: base)
     served = crl("adapters", "serve-args").stdout.split()
     lora = registry.adapter_dir("sft-2").resolve()
-    assert served == ["vllm", "serve", str(base), "--enable-lora", "--max-lora-rank", "8", "--lora-modules", f"sft-2={lora}"]
+    assert served == [
+        "vllm",
+        "serve",
+        str(base),
+        "--enable-lora",
+        "--max-lora-rank",
+        "8",
+        "--lora-modules",
+        f"sft-2={lora}",
+    ]
     assert crl("adapters", "serve-args", "--args-only").stdout.split() == served[3:]
     assert json.loads(crl("adapters", "serve-args", "sft-1", "--json").stdout)[-1].startswith("sft-1=")
 

@@ -272,6 +272,19 @@ def test_dataset_is_written_with_a_card_and_loads_with_datasets(bank, tmp_path):
         build_dataset("dpo", bank, CONFIG, tmp_path / "d1")
 
 
+def test_soft_targets_are_written_as_duplicated_rows_and_recorded_in_the_card(bank, tmp_path):
+    chosen = build_dataset("sft", bank, CONFIG, tmp_path / "chosen")
+    soft_config = CONFIG.model_copy(update={"sft_targets": "soft", "sft_soft_rows": 3})
+    soft = build_dataset("sft", bank, soft_config, tmp_path / "soft")
+    assert soft.examples == 3 * chosen.examples  # solver runs log no posterior: each state's one action, 3 times
+    assert soft.stats["targets"]["rows_per_state"] == 3 and soft.stats["targets"]["posterior_states"] == 0
+    assert chosen.stats["targets"] == {"mode": "chosen"}
+    rows = load_rows(tmp_path / "soft")
+    assert set(rows["copies"]) == {3} and set(rows["target_mass"]) == {1.0}
+    assert load_rows(tmp_path / "soft", trl_only=True).column_names == ["prompt", "completion"]
+    assert "rows_per_state" in (tmp_path / "soft" / "README.md").read_text()
+
+
 def test_a_changed_data_file_is_refused(bank, tmp_path):
     build_dataset("sft", bank, CONFIG, tmp_path / "d")
     data = tmp_path / "d" / DATA_FILE

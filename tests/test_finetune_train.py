@@ -20,9 +20,19 @@ REPO = Path(__file__).resolve().parent.parent
 BASE = "smollm2-135m-instruct"
 # Tiny on purpose: 2 shared cores. Short examples only (max_length), rank 4 on two projections.
 TINY = FinetuneConfig(
-    max_steps=3, batch_size=2, gradient_accumulation=1, lora_rank=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-    learning_rate=1e-3, dpo_learning_rate=1e-3, max_length=192, logging_steps=1, save_steps=2,
-    warmup_ratio=0.0, gate_episodes=2,
+    max_steps=3,
+    batch_size=2,
+    gradient_accumulation=1,
+    lora_rank=4,
+    lora_alpha=8,
+    target_modules=["q_proj", "v_proj"],
+    learning_rate=1e-3,
+    dpo_learning_rate=1e-3,
+    max_length=192,
+    logging_steps=1,
+    save_steps=2,
+    warmup_ratio=0.0,
+    gate_episodes=2,
 )
 
 
@@ -54,7 +64,6 @@ def test_guard_aborts_on_nan_and_zero_gradients_and_nan_loss():
         guard.on_log(_Args(), _State(), None, logs={"loss": float("nan")})
 
 
-
 def test_short_rounds_log_their_loss_at_least_four_times():
     cfg = FinetuneConfig(epochs=1, batch_size=8, gradient_accumulation=1, logging_steps=5)
     assert planned_steps(cfg, examples=48) == 6
@@ -63,6 +72,7 @@ def test_short_rounds_log_their_loss_at_least_four_times():
     assert logging_interval(cfg, 6) == 1
     assert logging_interval(cfg, 14) == 3
     assert logging_interval(cfg, 400) == 5
+
 
 def test_loss_mask_check_fails_loudly():
     ok = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}]
@@ -100,8 +110,16 @@ def trained_home(tmp_path_factory, base_path) -> Path:
     bank = open_bank(home)
     try:
         for kind in ("sft", "dpo"):
-            build_dataset(kind, bank, TINY, home / "datasets" / kind, family="keyroom", tasks=["keyroom/key"],
-                          tokenizer=tokenizer, base_model=BASE)
+            build_dataset(
+                kind,
+                bank,
+                TINY,
+                home / "datasets" / kind,
+                family="keyroom",
+                tasks=["keyroom/key"],
+                tokenizer=tokenizer,
+                base_model=BASE,
+            )
     finally:
         bank.close()
     return home
@@ -110,15 +128,20 @@ def trained_home(tmp_path_factory, base_path) -> Path:
 def _context(home: Path, base_path: Path, config: FinetuneConfig = TINY, evaluator=None):
     from crl.finetune.rounds import FinetuneContext
 
-    return FinetuneContext(home=home, config=config, base_model=BASE, base_model_path=base_path,
-                           evaluator=evaluator, progress=False)
+    return FinetuneContext(
+        home=home, config=config, base_model=BASE, base_model_path=base_path, evaluator=evaluator, progress=False
+    )
 
 
 def reply_logprob(chat, prompt: list[dict], reply: str) -> float:
     """Sum of log-probabilities the chat model gives `reply` after `prompt` (the training target)."""
     tok = chat.tokenizer
-    prompt_ids = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-    full = tok.apply_chat_template(prompt + [{"role": "assistant", "content": reply}], tokenize=True, return_dict=True)["input_ids"]
+    prompt_ids = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)[
+        "input_ids"
+    ]
+    full = tok.apply_chat_template(prompt + [{"role": "assistant", "content": reply}], tokenize=True, return_dict=True)[
+        "input_ids"
+    ]
     ids = torch.tensor([full])
     with torch.no_grad():
         logits = chat.model(ids).logits.float()
@@ -211,10 +234,13 @@ def test_gate_with_the_real_evaluator_records_its_decision(trained_home, base_pa
     from crl.finetune.registry import AdapterRegistry
 
     _, sft = sft_adapter
-    settings = load_settings({
-        "home": str(tmp_path / "evalhome"), "agent": {"max_steps": 2, "parallel": 2},
-        "llm": {"max_new_tokens": 8, "dtype": "bf16"},
-    })
+    settings = load_settings(
+        {
+            "home": str(tmp_path / "evalhome"),
+            "agent": {"max_steps": 2, "parallel": 2},
+            "llm": {"max_new_tokens": 8, "dtype": "bf16"},
+        }
+    )
     evaluator = local_evaluator(settings, base=str(base_path))
     registry = AdapterRegistry.of(trained_home)
     decision = run_gate(registry, sft.id, evaluator, TINY, promote=False)
@@ -238,12 +264,38 @@ def test_two_process_cpu_training_writes_one_adapter(trained_home, base_path, tm
     """
     home = tmp_path / ".crl"
     cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        "-m", "crl.agent.cli.finetune", "--home", str(home),
-        "finetune", "sft", "--dataset", str(trained_home / "datasets" / "sft"), "--base", str(base_path),
-        "--max-steps", "2", "--batch-size", "1", "--rank", "4", "--target-modules", "q_proj,v_proj",
-        "--no-gate", "--json",
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "crl.agent.cli.finetune",
+        "--home",
+        str(home),
+        "finetune",
+        "sft",
+        "--dataset",
+        str(trained_home / "datasets" / "sft"),
+        "--base",
+        str(base_path),
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "1",
+        "--rank",
+        "4",
+        "--target-modules",
+        "q_proj,v_proj",
+        "--no-gate",
+        "--json",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -254,7 +306,9 @@ def test_two_process_cpu_training_writes_one_adapter(trained_home, base_path, tm
     assert len(adapters) == 1
     assert adapters[0].metrics["processes"] == 2 and adapters[0].metrics["steps"] == 2
     assert len(list((home / "finetune" / "jobs").iterdir())) == 1
-    assert json.loads(proc.stdout[proc.stdout.index("{"):])["adapter"] == adapters[0].id, "only the main process reports"
+    assert json.loads(proc.stdout[proc.stdout.index("{") :])["adapter"] == adapters[0].id, (
+        "only the main process reports"
+    )
 
 
 def test_a_dataset_longer_than_max_length_is_refused_before_training(tmp_path):
@@ -262,8 +316,11 @@ def test_a_dataset_longer_than_max_length_is_refused_before_training(tmp_path):
     from crl.finetune.sft_data import BuiltDataset
     from crl.finetune.train import TrainJob, build_trainer
 
-    row = {"prompt": [{"role": "user", "content": "U"}], "completion": [{"role": "assistant", "content": "Action: a"}],
-           "task": "keyroom/key"}
+    row = {
+        "prompt": [{"role": "user", "content": "U"}],
+        "completion": [{"role": "assistant", "content": "Action: a"}],
+        "task": "keyroom/key",
+    }
     write_dataset(tmp_path / "d", BuiltDataset("sft", [row]), filters={}, max_length=2048)
     job = TrainJob("j", "sft", str(tmp_path / "d"), BASE, str(tmp_path / "no-model"), TINY.model_dump())
     with pytest.raises(ValueError, match="needs max_length 2048 .* --max-length 192"):

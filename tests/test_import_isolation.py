@@ -16,8 +16,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"agent": "crl.agent", "memory": "crl.memory", "prompts": "crl.prompts", "finetune": "crl.finetune",
-            "tasks": "crl.tasks", "crl": "crl"}
+PACKAGES = {
+    "agent": "crl.agent",
+    "memory": "crl.memory",
+    "prompts": "crl.prompts",
+    "finetune": "crl.finetune",
+    "tasks": "crl.tasks",
+    "crl": "crl",
+}
 SKIP = {"crl.__main__"}
 
 CHILD = r"""
@@ -73,8 +79,9 @@ def test_the_module_list_covers_every_package():
 @pytest.mark.skipif(sys.platform == "win32", reason="uses fork")
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     names = crl_modules()
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(names)], capture_output=True, text=True,
-                          timeout=600, cwd="/")
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(names)], capture_output=True, text=True, timeout=600, cwd="/"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     failures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not failures, "\n\n".join(f"{name}:\n{tb}" for name, tb in failures.items())
@@ -83,7 +90,13 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
 def test_a_broken_module_is_reported(tmp_path):
     (tmp_path / "cycle_a.py").write_text("from cycle_b import B\nA = 1\n")
     (tmp_path / "cycle_b.py").write_text("from cycle_a import A\nB = 2\n")
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(["cycle_a"])], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(["cycle_a"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
     failures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "ImportError" in failures["cycle_a"]

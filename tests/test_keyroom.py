@@ -9,7 +9,7 @@ from collections import deque
 
 import pytest
 
-from crl.tasks.base import TextEnv
+from crl.tasks.base import FOLDS, TextEnv
 from crl.tasks.keyroom import VARIANTS, KeyroomEnv, canonical_action, goal_reached, initial_state, solve, subgoals
 from crl.tasks.keyroom_world import (
     IN_CHEST,
@@ -20,7 +20,7 @@ from crl.tasks.keyroom_world import (
     apply_action,
     generate_world,
 )
-from crl.tasks.registry import FOLDS, get_task, make_env
+from crl.tasks.registry import get_task, make_env
 
 NAMES = [f"keyroom/{v}" for v in VARIANTS]
 
@@ -103,7 +103,8 @@ def _random_walk(env, seed, steps=12):
 def test_every_admissible_action_is_accepted_and_junk_changes_nothing(variant):
     env = KeyroomEnv(variant, n_distractors=3)
     for seed in range(15):
-        for env in _random_walk(env, seed):
+        for walked in _random_walk(env, seed):
+            env = walked
             before, admissible = env.state, admissible_actions(env.world, env.state)
             assert admissible == sorted(set(admissible))
             for action in admissible:

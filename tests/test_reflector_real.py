@@ -14,9 +14,9 @@ from crl.agent.llm.embedded import embedded_model_path
 from crl.agent.llm.local import LocalChatModel
 from crl.agent.llm.scripted import ScriptedModel
 from crl.agent.reflect import reflect_config
-from crl.memory.storage.embeddings import SentenceTransformerEmbedding
 from crl.memory.records import RuleRecord
 from crl.memory.reflection.reflector import Reflector
+from crl.memory.storage.embeddings import SentenceTransformerEmbedding
 from crl.tasks.keyroom import solve
 from crl.tasks.registry import fold_seeds
 
@@ -25,11 +25,13 @@ from crl.tasks.registry import fold_seeds
 def test_embedded_model_reflects_on_a_success_and_a_failure(crl_home, embedded_models_dir, monkeypatch):
     embedder = SentenceTransformerEmbedding()
     monkeypatch.setattr(SentenceTransformerEmbedding, "from_config", classmethod(lambda cls, config: embedder))
-    settings = load_settings({
-        "home": str(crl_home),
-        "agent": {"parallel": 1, "policy": "llm", "memory": "off", "max_steps": 3},
-        "memory": {"fsync_journal": False},
-    })
+    settings = load_settings(
+        {
+            "home": str(crl_home),
+            "agent": {"parallel": 1, "policy": "llm", "memory": "off", "max_steps": 3},
+            "memory": {"fsync_journal": False},
+        }
+    )
     seed = fold_seeds("keyroom/key", "train", 1)[0]
     won = start_run(settings, "keyroom/key", 1, model=ScriptedModel([f" {a}" for a in solve(seed, "key")]))
     lost = start_run(settings, "keyroom/key", 1, model=ScriptedModel(lambda messages: " look"))

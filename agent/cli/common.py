@@ -12,11 +12,12 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console, RenderableType
@@ -42,8 +43,20 @@ err = Console(stderr=True)
 
 STATE: dict[str, Any] = {"config": None, "home": None}
 
-FIXABLE = (BankError, FinetuneError, TaskError, LLMError, ValueError, LookupError, ImportError, FileNotFoundError,
-           FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
+FIXABLE = (
+    BankError,
+    FinetuneError,
+    TaskError,
+    LLMError,
+    ValueError,
+    LookupError,
+    ImportError,
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
 
 
 # ---- choices --------------------------------------------------------------------------------
@@ -75,12 +88,14 @@ def value(choice: Enum | None) -> str | None:
 
 
 def global_options(
-    config: Optional[Path] = typer.Option(None, "--config", help="TOML config file (default ./crl.toml)."),
-    home: Optional[Path] = typer.Option(None, "--home", help="Data directory (default ./.crl, or $CRL_HOME)."),
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, show_default=False,
-                                 help="Log more: -v info, -vv debug."),
-    log_level: Optional[LogLevel] = typer.Option(None, "--log-level", help="Log level (overrides -v).",
-                                                 case_sensitive=False),
+    config: Path | None = typer.Option(None, "--config", help="TOML config file (default ./crl.toml)."),
+    home: Path | None = typer.Option(None, "--home", help="Data directory (default ./.crl, or $CRL_HOME)."),
+    verbose: int = typer.Option(
+        0, "--verbose", "-v", count=True, show_default=False, help="Log more: -v info, -vv debug."
+    ),
+    log_level: LogLevel | None = typer.Option(
+        None, "--log-level", help="Log level (overrides -v).", case_sensitive=False
+    ),
 ) -> None:
     """Global options shared by every command."""
     STATE["config"] = config
@@ -142,7 +157,11 @@ BackendOpt = typer.Option(None, "--backend", help="auto: openai when --base-url 
 BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (implies --backend openai).")
 AdapterOpt = typer.Option(None, "--adapter", help="LoRA adapter folder for a local model.")
 MemoryModeOpt = typer.Option(None, "--memory", help="Memories in prompts (full adds rules).")
-PolicyOpt = typer.Option(None, "--policy", help="Who acts: the model (llm), memory (episodic control), both (mixed thresholds, or the posterior over scored actions), or random (baseline).")
+PolicyOpt = typer.Option(
+    None,
+    "--policy",
+    help="Who acts: the model (llm), memory (episodic control), both (mixed thresholds, or the posterior over scored actions), or random (baseline).",
+)
 KSuccessOpt = typer.Option(None, "--k-success", help="Successful episodes shown per step.")
 KFailureOpt = typer.Option(None, "--k-failure", help="Failed episodes shown per step (the contrast).")
 EpsilonOpt = typer.Option(None, "--epsilon", help="Chance a memory slot goes to a novel, rarely used memory.")
@@ -188,10 +207,10 @@ def friendly_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except FIXABLE as exc:
             print_error(exc)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]: every finished step is in the run's log; continue with --resume RUN_ID")
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
 
     return wrapper
 
@@ -239,7 +258,10 @@ WRAPPED_WIDTH = 24
 
 
 def fitted_table(
-    rows: Sequence[dict[str, Any]], columns: Sequence[Col], width: int, title: str | None = None,
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[Col],
+    width: int,
+    title: str | None = None,
     caption: str | None = None,
 ) -> Table:
     """A table of `rows` that fits `width`: optional columns are left out (highest `drop` first)
@@ -248,7 +270,9 @@ def fitted_table(
     The caption names the columns left out, so a user knows to widen the terminal or use --json.
     """
     cells = [[c.cell(r) for c in columns] for r in rows]
-    natural = [max([len(c.header or c.key)] + [cells[j][i].cell_len for j in range(len(rows))]) for i, c in enumerate(columns)]
+    natural = [
+        max([len(c.header or c.key)] + [cells[j][i].cell_len for j in range(len(rows))]) for i, c in enumerate(columns)
+    ]
     need = [min(n, WRAPPED_WIDTH) if c.wrap else n for n, c in zip(natural, columns)]
     keep = set(range(len(columns)))
     for i in sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: -columns[i].drop):
@@ -259,13 +283,22 @@ def fitted_table(
     notes = [caption] if caption else []
     if hidden:
         notes.append(f"hidden to fit the terminal: {', '.join(hidden)} (widen it, or use --json)")
-    table = Table(title=Text(title) if title else None, title_justify="left", caption="\n".join(notes) or None,
-                  caption_justify="left")
+    table = Table(
+        title=Text(title) if title else None,
+        title_justify="left",
+        caption="\n".join(notes) or None,
+        caption_justify="left",
+    )
     for i, c in enumerate(columns):
         if i in keep:
             fixed = c.drop == 0 and not c.wrap
-            table.add_column(c.header or c.key, justify="right" if c.right else "left", no_wrap=not c.wrap,
-                             overflow="fold" if c.wrap else "ellipsis", min_width=natural[i] if fixed else None)
+            table.add_column(
+                c.header or c.key,
+                justify="right" if c.right else "left",
+                no_wrap=not c.wrap,
+                overflow="fold" if c.wrap else "ellipsis",
+                min_width=natural[i] if fixed else None,
+            )
     for row in cells:
         table.add_row(*(cell for i, cell in enumerate(row) if i in keep))
     return table

@@ -3,24 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from crl.agent.cli.common import (
-    AdapterOpt, Backend, BackendOpt, BaseUrlOpt, Col, JsonOpt, ModelOpt, command, effective_settings, emit, err,
-    fitted_table, model_flags, out, overrides,
+    AdapterOpt,
+    Backend,
+    BackendOpt,
+    BaseUrlOpt,
+    Col,
+    JsonOpt,
+    ModelOpt,
+    command,
+    effective_settings,
+    emit,
+    err,
+    fitted_table,
+    model_flags,
+    out,
+    overrides,
 )
 from crl.agent.cli.progress import EpisodeProgress
 
 app = typer.Typer(help="Learning curves: how much experience reuse helps.", no_args_is_help=True)
 
 PAIR_COLUMNS = [
-    Col("arms"), Col("after", right=True, drop=2), Col("a", right=True), Col("b", right=True),
-    Col("discordant", drop=1), Col("McNemar p", right=True), Col("Fisher p", right=True, drop=3),
+    Col("arms"),
+    Col("after", right=True, drop=2),
+    Col("a", right=True),
+    Col("b", right=True),
+    Col("discordant", drop=1),
+    Col("McNemar p", right=True),
+    Col("Fisher p", right=True, drop=3),
 ]
 CURVE_COLUMNS = [
-    Col("arm"), Col("train_episodes", "after N train episodes", right=True),
+    Col("arm"),
+    Col("train_episodes", "after N train episodes", right=True),
     Col("success_rate", "success", right=True, fmt=lambda r: f"{r:.1%}"),
     Col("ci95", "95% CI", right=True, drop=1, fmt=lambda ci: f"{ci[0]:.0%}-{ci[1]:.0%}"),
     Col("per_repeat", "per repeat", wrap=True, drop=2, fmt=lambda rates: ", ".join(f"{x:.0%}" for x in rates)),
@@ -48,10 +66,15 @@ def report_view(rows: list[dict], pairs: list[dict], out_dir: Path):
         curve_table()
         if pairs:
             shown = [
-                {"arms": f"{r['arm_a']} vs {r['arm_b']}", "after": r["train_episodes"],
-                 "a": f"{r['a'][0]}/{r['a'][1]}", "b": f"{r['b'][0]}/{r['b'][1]}",
-                 "discordant": f"{r['a_only']} / {r['b_only']} of {r['pairs']}",
-                 "McNemar p": p(r["mcnemar_p"]), "Fisher p": p(r["fisher_p"])}
+                {
+                    "arms": f"{r['arm_a']} vs {r['arm_b']}",
+                    "after": r["train_episodes"],
+                    "a": f"{r['a'][0]}/{r['a'][1]}",
+                    "b": f"{r['b'][0]}/{r['b'][1]}",
+                    "discordant": f"{r['a_only']} / {r['b_only']} of {r['pairs']}",
+                    "McNemar p": p(r["mcnemar_p"]),
+                    "Fisher p": p(r["fisher_p"]),
+                }
                 for r in pairs
             ]
             out.print(fitted_table(shown, PAIR_COLUMNS, out.width, "arms compared (two-sided exact tests)"))
@@ -62,18 +85,28 @@ def report_view(rows: list[dict], pairs: list[dict], out_dir: Path):
 @command(app, "curve")
 def curve(
     task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
-    arms: str = typer.Option("random,none,memory,mixed", "--arms", help="Comma-separated: none, random, memory, memory+rules, mixed, mixed+rules, episodic."),
+    arms: str = typer.Option(
+        "random,none,memory,mixed",
+        "--arms",
+        help="Comma-separated: none, random, memory, memory+rules, mixed, mixed+rules, episodic.",
+    ),
     budget: int = typer.Option(40, "--budget", help="Training episodes per arm and repeat."),
     eval_every: int = typer.Option(10, "--eval-every", help="Evaluate after every E training episodes."),
-    eval_episodes: int = typer.Option(20, "--eval-episodes", help="Dev episodes per evaluation (the same seeds each time)."),
-    repeats: int = typer.Option(3, "--repeats", help="Repeats per arm (each with its own train seeds and fresh memory)."),
-    out_dir: Path = typer.Option(Path("experiments/curve"), "--out", help="Results folder (an interrupted experiment resumes)."),
-    parallel: Optional[int] = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
-    model: Optional[str] = ModelOpt,
-    backend: Optional[Backend] = BackendOpt,
-    base_url: Optional[str] = BaseUrlOpt,
-    adapter: Optional[str] = AdapterOpt,
+    eval_episodes: int = typer.Option(
+        20, "--eval-episodes", help="Dev episodes per evaluation (the same seeds each time)."
+    ),
+    repeats: int = typer.Option(
+        3, "--repeats", help="Repeats per arm (each with its own train seeds and fresh memory)."
+    ),
+    out_dir: Path = typer.Option(
+        Path("experiments/curve"), "--out", help="Results folder (an interrupted experiment resumes)."
+    ),
+    parallel: int | None = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    model: str | None = ModelOpt,
+    backend: Backend | None = BackendOpt,
+    base_url: str | None = BaseUrlOpt,
+    adapter: str | None = AdapterOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Train each arm on train seeds and evaluate it on dev seeds every E episodes.
@@ -89,7 +122,9 @@ def curve(
         raise ValueError(f"unknown arm(s) {', '.join(unknown)}; arms: {', '.join(ARMS)}")
     if eval_every <= 0 or budget % eval_every:
         raise ValueError("--budget must be a positive multiple of --eval-every")
-    flags = overrides(agent__parallel=parallel, agent__max_steps=max_steps, **model_flags(model, backend, base_url, adapter))
+    flags = overrides(
+        agent__parallel=parallel, agent__max_steps=max_steps, **model_flags(model, backend, base_url, adapter)
+    )
     flags.pop("home", None)
     settings = effective_settings(flags)
     spec = CurveSpec(task, arm_list, budget, eval_every, eval_episodes, repeats, flags)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -20,12 +20,25 @@ from rich.table import Table
 from rich.text import Text
 
 from crl.agent.cli.common import (
-    Col, DatasetKind, JsonOpt, RoundKind, command, effective_settings, emit, err, fitted_table, global_options, out,
-    pairs_table, value,
+    Col,
+    DatasetKind,
+    JsonOpt,
+    RoundKind,
+    command,
+    effective_settings,
+    emit,
+    err,
+    fitted_table,
+    global_options,
+    out,
+    pairs_table,
+    value,
 )
 
 dataset_app = typer.Typer(help="Build and inspect SFT/DPO datasets from the experience bank.", no_args_is_help=True)
-finetune_app = typer.Typer(help="Train LoRA adapters on datasets (SFT, DPO) and run scheduled rounds.", no_args_is_help=True)
+finetune_app = typer.Typer(
+    help="Train LoRA adapters on datasets (SFT, DPO) and run scheduled rounds.", no_args_is_help=True
+)
 adapters_app = typer.Typer(help="The adapter registry: lineage, gated promotion, rollback.", no_args_is_help=True)
 
 
@@ -35,8 +48,11 @@ adapters_app = typer.Typer(help="The adapter registry: lineage, gated promotion,
 def card_view(card, path: Path) -> Table:
     """A dataset card for people."""
     rows: dict[str, Any] = {
-        "folder": path, "kind": f"{card.kind} ({card.format})", "examples": card.examples,
-        "tasks": ", ".join(card.tasks), "source episodes": len(card.source_episode_ids),
+        "folder": path,
+        "kind": f"{card.kind} ({card.format})",
+        "examples": card.examples,
+        "tasks": ", ".join(card.tasks),
+        "source episodes": len(card.source_episode_ids),
         "left out": ", ".join(f"{k} {v}" for k, v in card.dropped.items()) or "-",
     }
     if card.tokens:
@@ -49,12 +65,12 @@ def card_view(card, path: Path) -> Table:
 @command(dataset_app, "build")
 def dataset_build(
     kind: DatasetKind = typer.Argument(..., help="What to build: SFT rows or DPO pairs."),
-    family: Optional[str] = typer.Option(None, "--family", help="Task family to draw from (default: all)."),
-    task: Optional[list[str]] = typer.Option(None, "--task", help="Only these tasks (repeatable)."),
-    min_value: Optional[float] = typer.Option(None, "--min-value", help="Leave out episodes valued below this."),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Drop examples longer than this (tokens)."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder (default <home>/datasets/<name>)."),
-    base: Optional[str] = typer.Option(None, "--base", help="Base model whose tokenizer checks the examples."),
+    family: str | None = typer.Option(None, "--family", help="Task family to draw from (default: all)."),
+    task: list[str] | None = typer.Option(None, "--task", help="Only these tasks (repeatable)."),
+    min_value: float | None = typer.Option(None, "--min-value", help="Leave out episodes valued below this."),
+    max_length: int | None = typer.Option(None, "--max-length", help="Drop examples longer than this (tokens)."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Output folder (default <home>/datasets/<name>)."),
+    base: str | None = typer.Option(None, "--base", help="Base model whose tokenizer checks the examples."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Build an SFT or DPO dataset (JSONL + dataset card) from the experience bank."""
@@ -67,8 +83,11 @@ def dataset_build(
     ctx = finetune_context(settings, config, base=base, evaluator=False)
     path = make_dataset(ctx, kind.value, family=family, tasks=task, out_dir=out_dir)
     card = read_card(path)
-    emit(card.model_dump(mode="json", exclude={"source_episode_ids", "source_step_ids"}), as_json,
-         lambda: card_view(card, path))
+    emit(
+        card.model_dump(mode="json", exclude={"source_episode_ids", "source_step_ids"}),
+        as_json,
+        lambda: card_view(card, path),
+    )
 
 
 @command(dataset_app, "show")
@@ -99,8 +118,13 @@ def dataset_show(
     emit(data, as_json, render)
 
 
-DATASET_COLUMNS = [Col("name"), Col("kind"), Col("examples", right=True), Col("tasks", wrap=True, drop=1, fmt=", ".join),
-                   Col("sha256", drop=2)]
+DATASET_COLUMNS = [
+    Col("name"),
+    Col("kind"),
+    Col("examples", right=True),
+    Col("tasks", wrap=True, drop=1, fmt=", ".join),
+    Col("sha256", drop=2),
+]
 
 
 @command(dataset_app, "ls")
@@ -109,7 +133,10 @@ def dataset_ls(as_json: bool = JsonOpt) -> None:
     from crl.finetune.dataset_card import list_datasets
 
     cards = list_datasets(Path(effective_settings().home) / "datasets")
-    rows = [{"name": c.name, "kind": c.kind, "examples": c.examples, "tasks": c.tasks, "sha256": c.sha256[:12]} for c in cards]
+    rows = [
+        {"name": c.name, "kind": c.kind, "examples": c.examples, "tasks": c.tasks, "sha256": c.sha256[:12]}
+        for c in cards
+    ]
     emit(rows, as_json, DATASET_COLUMNS, title="datasets")
 
 
@@ -118,11 +145,11 @@ def dataset_ls(as_json: bool = JsonOpt) -> None:
 
 def train(
     kind: str,
-    dataset: Optional[str],
-    family: Optional[str],
-    base: Optional[str],
-    from_adapter: Optional[str],
-    resume: Optional[str],
+    dataset: str | None,
+    family: str | None,
+    base: str | None,
+    from_adapter: str | None,
+    resume: str | None,
     gate: bool,
     flags: dict[str, Any],
     as_json: bool,
@@ -143,21 +170,30 @@ def train(
     try:
         result, lineage = train_and_register(ctx, kind, dataset_dir, from_adapter=from_adapter, resume_job=resume)
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]: continue from the last checkpoint with `crl finetune "
-                  f"{kind} --resume JOB` (jobs are under {ctx.jobs_dir})")
-        raise typer.Exit(130)
+        err.print(
+            "[yellow]interrupted[/]: continue from the last checkpoint with `crl finetune "
+            f"{kind} --resume JOB` (jobs are under {ctx.jobs_dir})"
+        )
+        raise typer.Exit(130) from None
     if lineage is None:
         return
-    report: dict[str, Any] = {"adapter": lineage.id, "dataset": lineage.dataset.name, "parent": lineage.parent,
-                              "metrics": lineage.metrics}
+    report: dict[str, Any] = {
+        "adapter": lineage.id,
+        "dataset": lineage.dataset.name,
+        "parent": lineage.parent,
+        "metrics": lineage.metrics,
+    }
     if gate:
         report["gate"] = gate_adapter(ctx, lineage.id).model_dump()
 
     def render() -> None:
         m = lineage.metrics
-        out.print(f"adapter [bold]{lineage.id}[/] trained on {lineage.dataset.name} ({lineage.dataset.examples} "
-                  f"examples): loss {m.get('first_loss')} -> {m.get('last_loss')}, {m['steps']} steps, "
-                  f"{m['wall_seconds']:.0f} s, {m['examples_per_s']:.2f} examples/s", highlight=False)
+        out.print(
+            f"adapter [bold]{lineage.id}[/] trained on {lineage.dataset.name} ({lineage.dataset.examples} "
+            f"examples): loss {m.get('first_loss')} -> {m.get('last_loss')}, {m['steps']} steps, "
+            f"{m['wall_seconds']:.0f} s, {m['examples_per_s']:.2f} examples/s",
+            highlight=False,
+        )
         if gate:
             g = report["gate"]
             verdict = "[green]promoted[/]" if g["promoted"] else "[red]not promoted[/]"
@@ -169,9 +205,14 @@ def train(
 def train_flags(epochs, lr, rank, alpha, target_modules, max_length, max_steps, batch_size) -> dict[str, Any]:
     """The training options as `finetune_config` keywords."""
     return {
-        "epochs": epochs, "learning_rate": lr, "lora_rank": rank, "lora_alpha": alpha,
+        "epochs": epochs,
+        "learning_rate": lr,
+        "lora_rank": rank,
+        "lora_alpha": alpha,
         "target_modules": target_modules.split(",") if target_modules else None,
-        "max_length": max_length, "max_steps": max_steps, "batch_size": batch_size,
+        "max_length": max_length,
+        "max_steps": max_steps,
+        "batch_size": batch_size,
     }
 
 
@@ -193,12 +234,21 @@ BatchOpt = typer.Option(None, "--batch-size", help="Examples per optimizer step 
 
 @command(finetune_app, "sft")
 def finetune_sft(
-    dataset: Optional[str] = DatasetOpt, family: Optional[str] = FamilyOpt, base: Optional[str] = BaseOpt,
-    from_adapter: Optional[str] = FromAdapterOpt, resume: Optional[str] = ResumeOpt, gate: bool = GateOpt,
-    epochs: Optional[float] = EpochsOpt, lr: Optional[float] = LrOpt, rank: Optional[int] = RankOpt,
-    alpha: Optional[int] = AlphaOpt, target_modules: Optional[str] = TargetsOpt,
-    max_length: Optional[int] = MaxLenOpt, max_steps: Optional[int] = MaxStepsOpt,
-    batch_size: Optional[int] = BatchOpt, as_json: bool = JsonOpt,
+    dataset: str | None = DatasetOpt,
+    family: str | None = FamilyOpt,
+    base: str | None = BaseOpt,
+    from_adapter: str | None = FromAdapterOpt,
+    resume: str | None = ResumeOpt,
+    gate: bool = GateOpt,
+    epochs: float | None = EpochsOpt,
+    lr: float | None = LrOpt,
+    rank: int | None = RankOpt,
+    alpha: int | None = AlphaOpt,
+    target_modules: str | None = TargetsOpt,
+    max_length: int | None = MaxLenOpt,
+    max_steps: int | None = MaxStepsOpt,
+    batch_size: int | None = BatchOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Train a LoRA adapter with SFT on successful trajectories, register it, gate it."""
     flags = train_flags(epochs, lr, rank, alpha, target_modules, max_length, max_steps, batch_size)
@@ -207,15 +257,23 @@ def finetune_sft(
 
 @command(finetune_app, "dpo")
 def finetune_dpo(
-    dataset: Optional[str] = DatasetOpt, family: Optional[str] = FamilyOpt, base: Optional[str] = BaseOpt,
-    from_adapter: Optional[str] = typer.Option(
+    dataset: str | None = DatasetOpt,
+    family: str | None = FamilyOpt,
+    base: str | None = BaseOpt,
+    from_adapter: str | None = typer.Option(
         None, "--from-adapter", help="Adapter to continue from (default: the promoted one, if any)."
     ),
-    resume: Optional[str] = ResumeOpt, gate: bool = GateOpt,
-    epochs: Optional[float] = EpochsOpt, lr: Optional[float] = LrOpt, rank: Optional[int] = RankOpt,
-    alpha: Optional[int] = AlphaOpt, target_modules: Optional[str] = TargetsOpt,
-    max_length: Optional[int] = MaxLenOpt, max_steps: Optional[int] = MaxStepsOpt,
-    batch_size: Optional[int] = BatchOpt, as_json: bool = JsonOpt,
+    resume: str | None = ResumeOpt,
+    gate: bool = GateOpt,
+    epochs: float | None = EpochsOpt,
+    lr: float | None = LrOpt,
+    rank: int | None = RankOpt,
+    alpha: int | None = AlphaOpt,
+    target_modules: str | None = TargetsOpt,
+    max_length: int | None = MaxLenOpt,
+    max_steps: int | None = MaxStepsOpt,
+    batch_size: int | None = BatchOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Train with DPO on success/failure pairs (on top of the promoted adapter), register it, gate it."""
     flags = train_flags(epochs, None, rank, alpha, target_modules, max_length, max_steps, batch_size)
@@ -227,9 +285,9 @@ def finetune_dpo(
 @command(finetune_app, "auto")
 def finetune_auto(
     once: bool = typer.Option(False, "--once", help="Check once (and run a round if due), then exit."),
-    min_new: Optional[int] = typer.Option(None, "--min-new", help="New qualifying episodes that start a round."),
-    kind: Optional[RoundKind] = typer.Option(None, "--kind", help="What a round trains."),
-    interval: Optional[float] = typer.Option(None, "--interval", help="Seconds between checks."),
+    min_new: int | None = typer.Option(None, "--min-new", help="New qualifying episodes that start a round."),
+    kind: RoundKind | None = typer.Option(None, "--kind", help="What a round trains."),
+    interval: float | None = typer.Option(None, "--interval", help="Seconds between checks."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Start a round (build -> train -> gate -> promote) whenever enough new experience has arrived."""
@@ -241,15 +299,19 @@ def finetune_auto(
     ctx = finetune_context(settings, config, progress=not as_json)
     while True:
         line = {"time": time.time()} | round_report(*maybe_run_round(ctx))
-        emit(line, as_json, lambda: Text.from_markup(round_message(line)))
+        emit(line, as_json, lambda line=line: Text.from_markup(round_message(line)))
         if once:
             return
         time.sleep(config.auto_interval_s)
 
 
 ROUND_COLUMNS = [
-    Col("round", right=True), Col("started", drop=2), Col("status"), Col("new_episodes", "new episodes", right=True, drop=3),
-    Col("adapters"), Col("error", wrap=True, drop=1),
+    Col("round", right=True),
+    Col("started", drop=2),
+    Col("status"),
+    Col("new_episodes", "new episodes", right=True, drop=3),
+    Col("adapters"),
+    Col("error", wrap=True, drop=1),
 ]
 
 
@@ -261,11 +323,17 @@ def finetune_rounds(as_json: bool = JsonOpt) -> None:
     from crl.finetune.scheduler import read_rounds
 
     rounds = read_rounds(effective_settings().home)
-    rows = [{
-        "round": r.round, "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)), "status": r.status,
-        "new_episodes": r.trigger.get("new_episodes"),
-        "adapters": ", ".join(s.get("adapter") or "-" for s in r.steps if "kind" in s), "error": r.error or "",
-    } for r in rounds]
+    rows = [
+        {
+            "round": r.round,
+            "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)),
+            "status": r.status,
+            "new_episodes": r.trigger.get("new_episodes"),
+            "adapters": ", ".join(s.get("adapter") or "-" for s in r.steps if "kind" in s),
+            "error": r.error or "",
+        }
+        for r in rounds
+    ]
     emit([asdict(r) for r in rounds] if as_json else rows, as_json, ROUND_COLUMNS, title="fine-tuning rounds")
 
 
@@ -299,10 +367,18 @@ def gate_text(gate: dict | None) -> str:
 
 
 ADAPTER_COLUMNS = [
-    Col("id"), Col("kind", drop=3), Col("parent", drop=4), Col("dataset", drop=5, fmt=None), Col("gate", drop=2, fmt=gate_text),
+    Col("id"),
+    Col("kind", drop=3),
+    Col("parent", drop=4),
+    Col("dataset", drop=5, fmt=None),
+    Col("gate", drop=2, fmt=gate_text),
     Col("promoted", "", fmt=lambda p: Text("promoted", style="bold green") if p else Text("")),
-    Col("quarantined_sources", "flags", drop=1,
-        fmt=lambda q: Text(f"{len(q)} quarantined source(s)", style="magenta") if q else Text("")),
+    Col(
+        "quarantined_sources",
+        "flags",
+        drop=1,
+        fmt=lambda q: Text(f"{len(q)} quarantined source(s)", style="magenta") if q else Text(""),
+    ),
 ]
 
 
@@ -316,25 +392,40 @@ def adapters_ls(as_json: bool = JsonOpt) -> None:
         card = registry.card(a.id)
         tainted = sorted(set(card.source_episode_ids + card.source_step_ids) & quarantined) if quarantined else []
         last_gate = a.gate[-1] if a.gate else None
-        rows.append({
-            "id": a.id, "kind": a.kind, "base_model": a.base_model, "parent": a.parent,
-            "dataset": a.dataset.name, "examples": a.dataset.examples,
-            "promoted": registry.promoted(a.base_model) == a.id,
-            "gate": None if last_gate is None else {"promoted": last_gate.promoted, "candidate_rate": last_gate.candidate_rate,
-                                                    "current_rate": last_gate.current_rate},
-            "quarantined_sources": tainted,
-        })
+        rows.append(
+            {
+                "id": a.id,
+                "kind": a.kind,
+                "base_model": a.base_model,
+                "parent": a.parent,
+                "dataset": a.dataset.name,
+                "examples": a.dataset.examples,
+                "promoted": registry.promoted(a.base_model) == a.id,
+                "gate": None
+                if last_gate is None
+                else {
+                    "promoted": last_gate.promoted,
+                    "candidate_rate": last_gate.candidate_rate,
+                    "current_rate": last_gate.current_rate,
+                },
+                "quarantined_sources": tainted,
+            }
+        )
     shown = [r | {"dataset": f"{r['dataset']} ({r['examples']})"} for r in rows]
     emit(rows, as_json, lambda: fitted_table(shown, ADAPTER_COLUMNS, out.width, f"adapters in {registry.root}"))
 
 
 @command(adapters_app, "show")
-def adapters_show(adapter: str = typer.Argument(..., help="Adapter id or unique prefix."), as_json: bool = JsonOpt) -> None:
+def adapters_show(
+    adapter: str = typer.Argument(..., help="Adapter id or unique prefix."), as_json: bool = JsonOpt
+) -> None:
     """An adapter's full lineage: base model, dataset, parent, config, metrics, gate decisions."""
     _, registry = registry_of_settings()
     lineage = registry.get(adapter)
-    data = lineage.model_dump(mode="json") | {"path": str(registry.adapter_dir(lineage.id)),
-                                              "promoted": registry.promoted(lineage.base_model) == lineage.id}
+    data = lineage.model_dump(mode="json") | {
+        "path": str(registry.adapter_dir(lineage.id)),
+        "promoted": registry.promoted(lineage.base_model) == lineage.id,
+    }
 
     def render() -> Table:
         m, cfg = lineage.metrics, lineage.config
@@ -343,13 +434,19 @@ def adapters_show(adapter: str = typer.Argument(..., help="Adapter id or unique 
         table.add_column()
         for key in ("kind", "base_model", "parent", "path", "promoted"):
             table.add_row(key, Text(str(data[key])))
-        table.add_row("dataset", f"{lineage.dataset.name} ({lineage.dataset.examples} examples, sha256 "
-                                 f"{lineage.dataset.sha256[:12]})")
+        table.add_row(
+            "dataset",
+            f"{lineage.dataset.name} ({lineage.dataset.examples} examples, sha256 {lineage.dataset.sha256[:12]})",
+        )
         table.add_row("created", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lineage.created_at)))
-        table.add_row("metrics", f"loss {m.get('first_loss')} -> {m.get('last_loss')}, {m.get('steps')} steps, "
-                                 f"{m.get('examples_per_s') or 0:.2f} examples/s")
-        table.add_row("lora", f"r={cfg.get('lora_rank')} alpha={cfg.get('lora_alpha')} "
-                              f"{','.join(cfg.get('target_modules', []))}")
+        table.add_row(
+            "metrics",
+            f"loss {m.get('first_loss')} -> {m.get('last_loss')}, {m.get('steps')} steps, "
+            f"{m.get('examples_per_s') or 0:.2f} examples/s",
+        )
+        table.add_row(
+            "lora", f"r={cfg.get('lora_rank')} alpha={cfg.get('lora_alpha')} {','.join(cfg.get('target_modules', []))}"
+        )
         for g in lineage.gate:
             table.add_row("gate", Text(f"{'promoted' if g.promoted else 'refused'}: {g.reason}"))
         return table
@@ -381,14 +478,17 @@ def adapters_promote(
 
 
 @command(adapters_app, "rollback")
-def adapters_rollback(base: Optional[str] = BaseOpt, as_json: bool = JsonOpt) -> None:
+def adapters_rollback(base: str | None = BaseOpt, as_json: bool = JsonOpt) -> None:
     """Restore the adapter promoted before the current one (or no adapter)."""
     from crl.finetune.registry import base_model_key
 
     settings, registry = registry_of_settings()
     entry = registry.rollback(base_model_key(base or settings.llm.model), reason="rollback", actor="user")
-    emit(entry.model_dump(mode="json"), as_json,
-         f"rolled back {entry.previous}; promoted now: {entry.adapter or 'none (base model)'}")
+    emit(
+        entry.model_dump(mode="json"),
+        as_json,
+        f"rolled back {entry.previous}; promoted now: {entry.adapter or 'none (base model)'}",
+    )
 
 
 @command(adapters_app, "rm")
@@ -400,9 +500,11 @@ def adapters_rm(adapter: str = typer.Argument(..., help="Adapter id or unique pr
 
 @command(adapters_app, "serve-args")
 def adapters_serve_args(
-    adapters: Optional[list[str]] = typer.Argument(None, help="Adapters to serve (default: the promoted one)."),
-    base: Optional[str] = BaseOpt,
-    args_only: bool = typer.Option(False, "--args-only", help="Only the LoRA arguments (for `vllm serve BASE $(...)`)."),
+    adapters: list[str] | None = typer.Argument(None, help="Adapters to serve (default: the promoted one)."),
+    base: str | None = BaseOpt,
+    args_only: bool = typer.Option(
+        False, "--args-only", help="Only the LoRA arguments (for `vllm serve BASE $(...)`)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """The `vllm serve` command that serves the base model with adapters by name (default: the promoted one)."""

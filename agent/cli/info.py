@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from crl.agent.cli.common import (
-    STATE, AdapterOpt, Backend, BackendOpt, BaseUrlOpt, Col, JsonOpt, ModelOpt, command, effective_settings, emit,
-    fitted_table, model_flags, out, overrides,
+    STATE,
+    AdapterOpt,
+    Backend,
+    BackendOpt,
+    BaseUrlOpt,
+    Col,
+    JsonOpt,
+    ModelOpt,
+    command,
+    effective_settings,
+    emit,
+    fitted_table,
+    model_flags,
+    out,
+    overrides,
 )
 
 app = typer.Typer()
@@ -16,12 +27,13 @@ app = typer.Typer()
 
 @command(app)
 def tasks(
-    family: Optional[str] = typer.Argument(None, help="Only this family (keyroom, twx, sciworld, tw)."),
+    family: str | None = typer.Argument(None, help="Only this family (keyroom, twx, sciworld, tw)."),
     long: bool = typer.Option(False, "--long", "-l", help="Add descriptions and seed ranges."),
     as_json: bool = JsonOpt,
 ) -> None:
     """List the tasks, their step limits and seed folds."""
-    from crl.tasks.registry import FOLDS, list_tasks
+    from crl.tasks.base import FOLDS
+    from crl.tasks.registry import list_tasks
 
     specs = [s for s in list_tasks() if family is None or s.family == family]
     if family is not None and not specs:
@@ -48,10 +60,10 @@ def tasks(
 
 @command(app)
 def models(
-    model: Optional[str] = ModelOpt,
-    backend: Optional[Backend] = BackendOpt,
-    base_url: Optional[str] = BaseUrlOpt,
-    adapter: Optional[str] = AdapterOpt,
+    model: str | None = ModelOpt,
+    backend: Backend | None = BackendOpt,
+    base_url: str | None = BaseUrlOpt,
+    adapter: str | None = AdapterOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Which backend and model a command would use, and why."""
@@ -65,8 +77,11 @@ def models(
     emit(row, as_json, title="model in effect")
 
 
-CONFIG_COLUMNS = [Col("key"), Col("value", wrap=True, fmt=lambda v: repr(v) if v is None else str(v)),
-                  Col("source", wrap=True)]
+CONFIG_COLUMNS = [
+    Col("key"),
+    Col("value", wrap=True, fmt=lambda v: repr(v) if v is None else str(v)),
+    Col("source", wrap=True),
+]
 
 
 @command(app, "config")

@@ -9,14 +9,27 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 from rich.markup import escape
 
 from crl.agent.cli.common import (
-    FamilyOpt, JsonOpt, MemoryUrlOpt, YesOpt, choices, command as register, confirm, emit, err, open_bank, out, say,
+    FamilyOpt,
+    JsonOpt,
+    MemoryUrlOpt,
+    YesOpt,
+    choices,
+    confirm,
+    emit,
+    err,
+    open_bank,
+    out,
+    say,
     value,
+)
+from crl.agent.cli.common import (
+    command as register,
 )
 
 app = typer.Typer(help="Inspect and curate the experience bank.", no_args_is_help=True)
@@ -52,29 +65,40 @@ def record_json(record: Any, with_trajectory: bool = True) -> dict[str, Any]:
 
 @command("ls")
 def ls(
-    family: Optional[str] = FamilyOpt,
-    variant: Optional[str] = typer.Option(None, "--variant", help="Task variant, e.g. key (of keyroom/key)."),
-    success: Optional[bool] = typer.Option(None, "--success/--failure", help="Only successful (or failed) episodes."),
-    tier: Optional[Tier] = typer.Option(None, "--tier", help="Only records of this tier."),
-    source: Optional[Source] = typer.Option(None, "--source", help="Only real (played) or synthetic records."),
-    skill: Optional[str] = typer.Option(None, "--skill", help="Only records that reached this sub-goal, e.g. key."),
-    tag: Optional[str] = typer.Option(None, "--tag", help="Only records with this user label."),
+    family: str | None = FamilyOpt,
+    variant: str | None = typer.Option(None, "--variant", help="Task variant, e.g. key (of keyroom/key)."),
+    success: bool | None = typer.Option(None, "--success/--failure", help="Only successful (or failed) episodes."),
+    tier: Tier | None = typer.Option(None, "--tier", help="Only records of this tier."),
+    source: Source | None = typer.Option(None, "--source", help="Only real (played) or synthetic records."),
+    skill: str | None = typer.Option(None, "--skill", help="Only records that reached this sub-goal, e.g. key."),
+    tag: str | None = typer.Option(None, "--tag", help="Only records with this user label."),
     sort: Sort = typer.Option("recent", "--sort", help="Order of the rows."),
     limit: int = typer.Option(50, "--limit", "-n", help="Most rows shown (0: all)."),
     kind: RecordKind = typer.Option("episode", "--kind", help="What to list."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """List episodes (or steps, rules) with outcome, return, value, utility, uses and tier."""
     outcome = None if success is None else ("success" if success else "failure")
     with open_bank(memory_url) as bank:
-        records = bank.ls(kind.value, family=family, variant=variant, outcome=outcome, tier=value(tier),
-                          source=value(source), skill=skill, tag=tag, sort=SORT_KEYS[sort.value])
+        records = bank.ls(
+            kind.value,
+            family=family,
+            variant=variant,
+            outcome=outcome,
+            tier=value(tier),
+            source=value(source),
+            skill=skill,
+            tag=tag,
+            sort=SORT_KEYS[sort.value],
+        )
     shown = records[:limit] if limit > 0 else records
 
     def render() -> None:
         if not records:
-            say(f"no {kind.value}s match; `crl run TASK` stores experience, `crl memory stats` shows what the bank holds")
+            say(
+                f"no {kind.value}s match; `crl run TASK` stores experience, `crl memory stats` shows what the bank holds"
+            )
             return
         count = f"{len(shown)} of {len(records)}" if len(shown) < len(records) else f"{len(records)}"
         out.print(view().records_table(shown, kind.value, f"{count} {kind.value}s, by {sort.value}", width=out.width))
@@ -87,7 +111,7 @@ def ls(
 @command("show")
 def show(
     record_id: str = typer.Argument(..., help="An episode id (or unique prefix), or a full ep:/st:/ru: record id."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Show one record in full: an episode's tags and its whole trajectory."""
@@ -100,10 +124,10 @@ def show(
 def search(
     text: str = typer.Argument(..., help="What to look for, e.g. 'a locked door and a key on the floor'."),
     k: int = typer.Option(10, "-k", help="How many results."),
-    family: Optional[str] = FamilyOpt,
+    family: str | None = FamilyOpt,
     kind: SearchKind = typer.Option("all", "--kind", help="Search episodes, steps or both."),
     include_quarantine: bool = typer.Option(False, "--include-quarantine", help="Search quarantined records too."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Semantic search over stored episodes and steps, with cosine similarity scores."""
@@ -115,7 +139,11 @@ def search(
 
     def render():
         if not hits:
-            return "nothing found" + (f" in family {family!r}" if family else "") + "; `crl memory stats` shows what the bank holds"
+            return (
+                "nothing found"
+                + (f" in family {family!r}" if family else "")
+                + "; `crl memory stats` shows what the bank holds"
+            )
         return view().search_table(hits, text, width=out.width)
 
     data = [{"id": h.id, "similarity": h.similarity, "record": record_json(h.record, False)} for h in hits]
@@ -130,43 +158,45 @@ def curate(memory_url: str | None, as_json: bool, action: str, do) -> None:
 
 
 @command("tag")
-def tag(ids: List[str] = IdsArg, tags: List[str] = TagsOpt, memory_url: Optional[str] = MemoryUrlOpt,
-        as_json: bool = JsonOpt) -> None:
+def tag(
+    ids: list[str] = IdsArg, tags: list[str] = TagsOpt, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt
+) -> None:
     """Add labels to records (`ls --tag` finds them again)."""
     curate(memory_url, as_json, f"tagged ({', '.join(tags)})", lambda bank: bank.tag(ids, tags))
 
 
 @command("untag")
-def untag(ids: List[str] = IdsArg, tags: List[str] = TagsOpt, memory_url: Optional[str] = MemoryUrlOpt,
-          as_json: bool = JsonOpt) -> None:
+def untag(
+    ids: list[str] = IdsArg, tags: list[str] = TagsOpt, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt
+) -> None:
     """Remove labels from records."""
     curate(memory_url, as_json, f"untagged ({', '.join(tags)})", lambda bank: bank.untag(ids, tags))
 
 
 @command("pin")
-def pin(ids: List[str] = IdsArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def pin(ids: list[str] = IdsArg, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
     """Move records to the golden tier: never evicted."""
     curate(memory_url, as_json, "pinned (golden)", lambda bank: bank.pin(ids))
 
 
 @command("quarantine")
-def quarantine(ids: List[str] = IdsArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def quarantine(ids: list[str] = IdsArg, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
     """Keep records out of retrieval and fine-tuning data (they stay until removed)."""
     curate(memory_url, as_json, "quarantined", lambda bank: bank.quarantine(ids))
 
 
 @command("release")
-def release(ids: List[str] = IdsArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def release(ids: list[str] = IdsArg, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
     """Return records to the regular tier (from golden or quarantine)."""
     curate(memory_url, as_json, "released (regular)", lambda bank: bank.release(ids))
 
 
 @command("rm")
 def rm(
-    ids: List[str] = IdsArg,
+    ids: list[str] = IdsArg,
     reason: str = typer.Option("removed by user", "--reason", help="Why (kept in the journal)."),
     yes: bool = YesOpt,
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Delete records (an episode with its steps); a later sync will not bring them back."""
@@ -182,8 +212,8 @@ def rm(
 @command("evict")
 def evict(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be evicted."),
-    family: Optional[str] = FamilyOpt,
-    memory_url: Optional[str] = MemoryUrlOpt,
+    family: str | None = FamilyOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Evict by policy so each family fits its capacity; golden records never.
@@ -206,9 +236,11 @@ def evict(
 @command("export")
 def export(
     path: Path = typer.Argument(..., help="The JSONL file to write (one record per line)."),
-    family: Optional[str] = FamilyOpt,
-    include_quarantine: bool = typer.Option(True, "--include-quarantine/--no-quarantine", help="Export quarantined records too."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    family: str | None = FamilyOpt,
+    include_quarantine: bool = typer.Option(
+        True, "--include-quarantine/--no-quarantine", help="Export quarantined records too."
+    ),
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Write records to a JSONL file; `crl memory import` restores them losslessly."""
@@ -220,7 +252,7 @@ def export(
 @command("import")
 def import_(
     path: Path = typer.Argument(..., help="A JSONL file written by `crl memory export`."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Add the records of a JSONL export (validated first: on a bad line nothing is written)."""
@@ -228,12 +260,15 @@ def import_(
         raise FileNotFoundError(f"no file {path}")
     with open_bank(memory_url) as bank:
         report = bank.import_file(path)
-    emit(asdict(report), as_json,
-         f"imported {report.episodes} episode(s), {report.steps} step(s), {report.rules} rule(s) from {path}")
+    emit(
+        asdict(report),
+        as_json,
+        f"imported {report.episodes} episode(s), {report.steps} step(s), {report.rules} rule(s) from {path}",
+    )
 
 
 @command("stats")
-def stats(memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def stats(memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
     """Counts by family, tier, outcome and source; value histogram; disk size; mode; embedding model."""
     with open_bank(memory_url) as bank:
         s = bank.stats()
@@ -241,23 +276,27 @@ def stats(memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> 
 
 
 @command("sync")
-def sync(memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def sync(memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
     """Store what run logs hold and the bank does not (e.g. episodes of a killed run)."""
     with open_bank(memory_url) as bank:
         report = bank.sync()
-    emit(asdict(report), as_json, f"stored {report.episodes_ingested} episode(s), {report.steps_ingested} step(s) "
-                                  f"from {report.logs_read} run log(s); {report.logs_unchanged} unchanged")
+    emit(
+        asdict(report),
+        as_json,
+        f"stored {report.episodes_ingested} episode(s), {report.steps_ingested} step(s) "
+        f"from {report.logs_read} run log(s); {report.logs_unchanged} unchanged",
+    )
     for line in report.errors if not as_json else []:
         err.print(f"[yellow]skipped:[/] {escape(line)}", highlight=False)
 
 
 @command("rebuild")
 def rebuild(
-    as_of: Optional[str] = typer.Option(
+    as_of: str | None = typer.Option(
         None, "--as-of", help="Roll memory back to this time: ISO 8601 (2025-01-31T12:00, local) or UNIX seconds."
     ),
     yes: bool = YesOpt,
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Recreate the view from the run logs and the journal, now or as of a past moment.
@@ -275,16 +314,21 @@ def rebuild(
                 for e in later:
                     ops[e.op] = ops.get(e.op, 0) + 1
                 summary = ", ".join(f"{n} {op}" for op, n in sorted(ops.items()))
-                err.print(f"rolling back to {view().when(when)} cancels {len(later)} change(s) for good: {summary}",
-                          highlight=False)
+                err.print(
+                    f"rolling back to {view().when(when)} cancels {len(later)} change(s) for good: {summary}",
+                    highlight=False,
+                )
             if later:
                 confirm(f"roll memory back to {view().when(when)}", yes)
         with err.status("rebuilding the memory view from the journal and run logs..."):
             report = bank.rebuild(as_of=when)
     since = f" as of {view().when(report.as_of)}" if report.as_of is not None else ""
-    emit(asdict(report), as_json,
-         f"rebuilt{since}: {report.entries} journal entries replayed, {report.episodes} episodes, {report.steps} steps, "
-         f"{report.rules} rules ({report.reused_vectors} embeddings reused) in {report.seconds:.1f} s")
+    emit(
+        asdict(report),
+        as_json,
+        f"rebuilt{since}: {report.entries} journal entries replayed, {report.episodes} episodes, {report.steps} steps, "
+        f"{report.rules} rules ({report.reused_vectors} embeddings reused) in {report.seconds:.1f} s",
+    )
     for line in report.missing if not as_json else []:
         err.print(f"[yellow]missing:[/] {escape(line)}", highlight=False)
 
@@ -292,12 +336,15 @@ def rebuild(
 @command("history")
 def history(
     record_id: str = typer.Argument(..., help="An episode id (or unique prefix), or a full record id."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Every change to a record, from the journal: time, actor, op, details, and whether a rollback cancelled it."""
     with open_bank(memory_url) as bank:
         rid = bank.resolve(record_id)
         items = bank.history(rid)
-    emit(view().history_json(items) if as_json else None, as_json,
-         lambda: view().history_table(items, rid) if items else f"the journal has no entry for {rid}")
+    emit(
+        view().history_json(items) if as_json else None,
+        as_json,
+        lambda: view().history_table(items, rid) if items else f"the journal has no entry for {rid}",
+    )

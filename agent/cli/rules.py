@@ -3,15 +3,28 @@ from the command line, one thin command per library call."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from crl.agent.cli.common import (
-    Col, FamilyOpt, JsonOpt, MemoryUrlOpt, YesOpt, choices, command, confirm, effective_settings, emit, err,
-    fitted_table, open_bank, out, overrides,
+    Col,
+    FamilyOpt,
+    JsonOpt,
+    MemoryUrlOpt,
+    YesOpt,
+    choices,
+    command,
+    confirm,
+    effective_settings,
+    emit,
+    err,
+    fitted_table,
+    open_bank,
+    out,
+    overrides,
 )
 
 app = typer.Typer(help="Inspect and curate the rules the reflector learned.", no_args_is_help=True)
@@ -19,7 +32,11 @@ reflect_app = typer.Typer()
 
 RuleArg = typer.Argument(..., help="A rule id (ru:SCOPE:HASH) or a unique part of it, e.g. its hash prefix.")
 RulesArg = typer.Argument(..., help="Rule ids (ru:SCOPE:HASH) or unique parts of them.")
-SORTS = {"score": lambda r: (-r.score, r.id), "recent": lambda r: (-r.created_at, r.id), "use": lambda r: (-r.use_count, r.id)}
+SORTS = {
+    "score": lambda r: (-r.score, r.id),
+    "recent": lambda r: (-r.created_at, r.id),
+    "use": lambda r: (-r.use_count, r.id),
+}
 RuleSort = choices("RuleSort", list(SORTS))
 
 
@@ -54,20 +71,28 @@ def rules_table(rules, title: str) -> Table:
 
     The short id is the start of the rule's hash (any unique part names the rule); pinned rules are marked.
     """
-    rows = [{"id": r.id.rsplit(":", 1)[-1][:8], "scope": r.scope_label, "score": f"{r.score:g}{'*' if r.tier == 'golden' else ''}",
-             "text": r.text, "by": r.model or "person"} for r in rules]
+    rows = [
+        {
+            "id": r.id.rsplit(":", 1)[-1][:8],
+            "scope": r.scope_label,
+            "score": f"{r.score:g}{'*' if r.tier == 'golden' else ''}",
+            "text": r.text,
+            "by": r.model or "person",
+        }
+        for r in rules
+    ]
     pinned = "* pinned" if any(r.tier == "golden" for r in rules) else None
     return fitted_table(rows, RULE_COLUMNS, out.width, title, pinned)
 
 
 @command(app, "ls")
 def ls(
-    family: Optional[str] = FamilyOpt,
-    variant: Optional[str] = typer.Option(None, "--variant", help="Only rules that apply to this variant (e.g. key)."),
+    family: str | None = FamilyOpt,
+    variant: str | None = typer.Option(None, "--variant", help="Only rules that apply to this variant (e.g. key)."),
     include_quarantine: bool = typer.Option(False, "--include-quarantine", help="List quarantined rules too."),
     sort: RuleSort = typer.Option("score", "--sort", help="Order of the rows."),
     limit: int = typer.Option(50, "--limit", "-n", help="Most rows shown (0: all)."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """List rules with their scope, score, text, the model that wrote them, and uses."""
@@ -80,14 +105,16 @@ def ls(
 
     def render():
         if not rules:
-            return "no rules yet; `crl reflect` distils them from stored episodes (and `crl run` does every few episodes)"
+            return (
+                "no rules yet; `crl reflect` distils them from stored episodes (and `crl run` does every few episodes)"
+            )
         return rules_table(shown, f"{len(shown)} of {len(rules)} rules, by {sort.value}")
 
     emit([rule_row(r) for r in shown], as_json, render)
 
 
 @command(app, "show")
-def show(rule: str = RuleArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def show(rule: str = RuleArg, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
     """One rule in full: text, scope, score, provenance, author, history and reflections."""
     from crl.agent import render_memory as view
     from crl.memory.reflection.reflector import LOG_NAME, ReflectionLog
@@ -103,20 +130,29 @@ def show(rule: str = RuleArg, memory_url: Optional[str] = MemoryUrlOpt, as_json:
         meta.add_column(style="bold", no_wrap=True)
         meta.add_column()
         for key, shown in (
-            ("id", record.id), ("text", record.text), ("scope", record.scope_label), ("score", f"{record.score:g}"),
+            ("id", record.id),
+            ("text", record.text),
+            ("scope", record.scope_label),
+            ("score", f"{record.score:g}"),
             ("tier", "pinned (golden)" if record.tier == "golden" else record.tier),
-            ("written by", record.model or "a person"), ("episodes", ", ".join(record.provenance) or "-"),
+            ("written by", record.model or "a person"),
+            ("episodes", ", ".join(record.provenance) or "-"),
             ("reflections", ", ".join(record.reflections) or "-"),
             ("uses", f"{record.use_count} ({record.use_successes} in successful episodes)"),
-            ("created", view.when(record.created_at)), ("updated", view.when(record.updated_at)),
+            ("created", view.when(record.created_at)),
+            ("updated", view.when(record.updated_at)),
         ):
             meta.add_row(key, Text(str(shown)))
         out.print(meta)
         out.print(view.history_table(history, rid))
 
-    data = {"rule": rule_row(record), "history": view.history_json(history),
-            "reflections": [{k: e.get(k) for k in ("reflection", "time", "model", "input", "accepted", "rejected")}
-                            for e in reflections]}
+    data = {
+        "rule": rule_row(record),
+        "history": view.history_json(history),
+        "reflections": [
+            {k: e.get(k) for k in ("reflection", "time", "model", "input", "accepted", "rejected")} for e in reflections
+        ],
+    }
     emit(data, as_json, render)
 
 
@@ -124,7 +160,7 @@ def show(rule: str = RuleArg, memory_url: Optional[str] = MemoryUrlOpt, as_json:
 def edit(
     rule: str = RuleArg,
     text: str = typer.Argument(..., help="The new text (one short sentence)."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Rewrite a rule's text (its id, score and history stay)."""
@@ -142,7 +178,7 @@ def edit(
     emit({"action": "edited", "id": rid, "text": clean}, as_json, f"edited {rid}: {clean}")
 
 
-def ids_action(memory_url: str | None, refs: List[str], as_json: bool, action: str, do) -> None:
+def ids_action(memory_url: str | None, refs: list[str], as_json: bool, action: str, do) -> None:
     """Resolve rule references, apply `do(bank, ids)` and report the ids."""
     with open_bank(memory_url) as bank:
         ids = list(dict.fromkeys(resolve_rule(bank, r) for r in refs))
@@ -152,10 +188,10 @@ def ids_action(memory_url: str | None, refs: List[str], as_json: bool, action: s
 
 @command(app, "rm")
 def rm(
-    rules: List[str] = RulesArg,
+    rules: list[str] = RulesArg,
     reason: str = typer.Option("removed by user", "--reason", help="Why (kept in the journal)."),
     yes: bool = YesOpt,
-    memory_url: Optional[str] = MemoryUrlOpt,
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Delete rules (their history stays in the journal)."""
@@ -168,13 +204,13 @@ def rm(
 
 
 @command(app, "pin")
-def pin(rules: List[str] = RulesArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def pin(rules: list[str] = RulesArg, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
     """Pin rules: the reflector never edits, removes or prunes them (their score still moves)."""
     ids_action(memory_url, rules, as_json, "pinned", lambda bank, ids: bank.pin(ids))
 
 
 @command(app, "unpin")
-def unpin(rules: List[str] = RulesArg, memory_url: Optional[str] = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def unpin(rules: list[str] = RulesArg, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
     """Return pinned rules to the reflector's care."""
     ids_action(memory_url, rules, as_json, "unpinned", lambda bank, ids: bank.release(ids))
 
@@ -187,8 +223,13 @@ def print_reflection(report) -> None:
         for col in ("op", "rule", "score", "text", "note"):
             table.add_column(col, overflow="fold", min_width=8 if col == "rule" else None, no_wrap=col == "rule")
         for c in report.changes:
-            table.add_row(c.op, Text(c.rule_id.rsplit(":", 1)[-1][:8]), "" if c.score is None else f"{c.score:g}",
-                          Text(c.text), Text(c.note))
+            table.add_row(
+                c.op,
+                Text(c.rule_id.rsplit(":", 1)[-1][:8]),
+                "" if c.score is None else f"{c.score:g}",
+                Text(c.text),
+                Text(c.note),
+            )
         out.print(table)
     for o in report.outcomes:
         for r in o.rejected:
@@ -199,16 +240,16 @@ def print_reflection(report) -> None:
 
 @command(reflect_app, "reflect")
 def reflect(
-    family: Optional[str] = typer.Option(None, "--family", "-f", help="Only episodes of this task family."),
-    since: Optional[str] = typer.Option(None, "--since", help="Only episodes of this run and later ones (a run id)."),
-    reflect_model: Optional[str] = typer.Option(
+    family: str | None = typer.Option(None, "--family", "-f", help="Only episodes of this task family."),
+    since: str | None = typer.Option(None, "--since", help="Only episodes of this run and later ones (a run id)."),
+    reflect_model: str | None = typer.Option(
         None, "--reflect-model", help="Model that reflects (default: reflect.model, else the acting model)."
     ),
-    reflect_base_url: Optional[str] = typer.Option(
+    reflect_base_url: str | None = typer.Option(
         None, "--reflect-base-url", help="OpenAI-compatible endpoint of the reflecting model."
     ),
-    model: Optional[str] = typer.Option(None, "--model", help="The acting model (reflects when no other is set)."),
-    memory_url: Optional[str] = MemoryUrlOpt,
+    model: str | None = typer.Option(None, "--model", help="The acting model (reflects when no other is set)."),
+    memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Distil rules from stored successes and failures now (add, edit or vote on rules)."""
@@ -228,8 +269,10 @@ def reflect(
 
     def render():
         if not report.outcomes and not report.errors:
-            return ("nothing to reflect on: every stored episode was reflected on already (or none matches); "
-                    "`crl run` stores more")
+            return (
+                "nothing to reflect on: every stored episode was reflected on already (or none matches); "
+                "`crl run` stores more"
+            )
         print_reflection(report)
 
     emit(report.to_dict(), as_json, render)

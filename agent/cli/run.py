@@ -2,14 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from crl.agent.cli.common import (
-    AdapterOpt, BackendOpt, BaseUrlOpt, EpsilonOpt, Fold, JsonOpt, KFailureOpt, KSuccessOpt, MemoryModeOpt,
-    MemoryUrlOpt, ModelOpt, NoUtilityOpt, PolicyOpt, RerankOpt, Backend, MemoryMode, Policy, Rerank, command,
-    effective_settings, emit, err, memory_flags, model_flags, overrides, pairs_table,
+    AdapterOpt,
+    Backend,
+    BackendOpt,
+    BaseUrlOpt,
+    EpsilonOpt,
+    Fold,
+    JsonOpt,
+    KFailureOpt,
+    KSuccessOpt,
+    MemoryMode,
+    MemoryModeOpt,
+    MemoryUrlOpt,
+    ModelOpt,
+    NoUtilityOpt,
+    Policy,
+    PolicyOpt,
+    Rerank,
+    RerankOpt,
+    command,
+    effective_settings,
+    emit,
+    err,
+    memory_flags,
+    model_flags,
+    overrides,
+    pairs_table,
 )
 from crl.agent.cli.progress import EpisodeProgress
 
@@ -30,8 +53,9 @@ def report_view(report: dict[str, Any], title: str):
     }
     if "memory_overrides" in report:
         win = report["override_win_rate"]
-        rows["memory overrides"] = (f"{report['memory_overrides']} of {report['scored_steps']} scored steps"
-                                    + (f", episodes with one won {win:.0%}" if win is not None else ""))
+        rows["memory overrides"] = f"{report['memory_overrides']} of {report['scored_steps']} scored steps" + (
+            f", episodes with one won {win:.0%}" if win is not None else ""
+        )
     rows["throughput"] = f"{report['steps_per_s']:.2f} steps/s, {report['generated_tokens_per_s']:.1f} gen tok/s"
     rows["wall time"] = f"{report['wall_seconds']:.1f} s"
     return pairs_table(rows, title)
@@ -41,29 +65,32 @@ def report_view(report: dict[str, Any], title: str):
 def run(
     task: str = typer.Argument(..., help="Task name, e.g. keyroom/key (see `crl tasks`)."),
     episodes: int = typer.Option(10, "--episodes", "-n", help="Episodes to play."),
-    parallel: Optional[int] = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
+    parallel: int | None = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
     seed: int = typer.Option(0, "--seed", help="Offset into the task's train seeds."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue an interrupted run by id."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    resume: str | None = typer.Option(None, "--resume", help="Continue an interrupted run by id."),
     no_memory: bool = typer.Option(False, "--no-memory", help="Do not store this run's experience in the bank."),
     no_reflect: bool = typer.Option(False, "--no-reflect", help="Do not distil rules every reflect.every episodes."),
-    reflect_model: Optional[str] = typer.Option(None, "--reflect-model", help="A (stronger) model that reflects; default: the acting model."),
-    finetune_auto: Optional[bool] = typer.Option(
-        None, "--finetune-auto/--no-finetune-auto",
+    reflect_model: str | None = typer.Option(
+        None, "--reflect-model", help="A (stronger) model that reflects; default: the acting model."
+    ),
+    finetune_auto: bool | None = typer.Option(
+        None,
+        "--finetune-auto/--no-finetune-auto",
         help="When the run ends, start a fine-tuning round (build, train, gate, promote) if enough new qualifying episodes arrived.",
     ),
-    memory_url: Optional[str] = MemoryUrlOpt,
-    memory: Optional[MemoryMode] = MemoryModeOpt,
-    policy: Optional[Policy] = PolicyOpt,
-    k_success: Optional[int] = KSuccessOpt,
-    k_failure: Optional[int] = KFailureOpt,
-    epsilon: Optional[float] = EpsilonOpt,
+    memory_url: str | None = MemoryUrlOpt,
+    memory: MemoryMode | None = MemoryModeOpt,
+    policy: Policy | None = PolicyOpt,
+    k_success: int | None = KSuccessOpt,
+    k_failure: int | None = KFailureOpt,
+    epsilon: float | None = EpsilonOpt,
     no_utility: bool = NoUtilityOpt,
-    rerank: Optional[Rerank] = RerankOpt,
-    model: Optional[str] = ModelOpt,
-    backend: Optional[Backend] = BackendOpt,
-    base_url: Optional[str] = BaseUrlOpt,
-    adapter: Optional[str] = AdapterOpt,
+    rerank: Rerank | None = RerankOpt,
+    model: str | None = ModelOpt,
+    backend: Backend | None = BackendOpt,
+    base_url: str | None = BaseUrlOpt,
+    adapter: str | None = AdapterOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Play episodes of a task with the agent and log every step."""
@@ -110,20 +137,20 @@ def evaluate(
     task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
     fold: Fold = typer.Option("dev", "--fold", help="Held-out seeds (train seeds are for collecting experience)."),
     episodes: int = typer.Option(20, "--episodes", "-n", help="Episodes to evaluate."),
-    parallel: Optional[int] = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit per episode."),
-    memory_url: Optional[str] = MemoryUrlOpt,
-    memory: Optional[MemoryMode] = MemoryModeOpt,
-    policy: Optional[Policy] = PolicyOpt,
-    k_success: Optional[int] = KSuccessOpt,
-    k_failure: Optional[int] = KFailureOpt,
-    epsilon: Optional[float] = EpsilonOpt,
+    parallel: int | None = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    memory_url: str | None = MemoryUrlOpt,
+    memory: MemoryMode | None = MemoryModeOpt,
+    policy: Policy | None = PolicyOpt,
+    k_success: int | None = KSuccessOpt,
+    k_failure: int | None = KFailureOpt,
+    epsilon: float | None = EpsilonOpt,
     no_utility: bool = NoUtilityOpt,
-    rerank: Optional[Rerank] = RerankOpt,
-    model: Optional[str] = ModelOpt,
-    backend: Optional[Backend] = BackendOpt,
-    base_url: Optional[str] = BaseUrlOpt,
-    adapter: Optional[str] = AdapterOpt,
+    rerank: Rerank | None = RerankOpt,
+    model: str | None = ModelOpt,
+    backend: Backend | None = BackendOpt,
+    base_url: str | None = BaseUrlOpt,
+    adapter: str | None = AdapterOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Success rate (with a 95% interval), mean steps and invalid-action rate on held-out seeds."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from crl.agent.cli.common import Col, JsonOpt, command, effective_settings, emit, out
@@ -11,43 +9,48 @@ from crl.agent.cli.common import Col, JsonOpt, command, effective_settings, emit
 app = typer.Typer()
 
 RUN_COLUMNS = [
-    Col("run_id"), Col("kind", drop=2), Col("task"), Col("model", drop=4), Col("status", drop=3),
-    Col("episodes", right=True, drop=1), Col("success_rate", "success", right=True, fmt=lambda r: f"{r:.0%}"),
+    Col("run_id"),
+    Col("kind", drop=2),
+    Col("task"),
+    Col("model", drop=4),
+    Col("status", drop=3),
+    Col("episodes", right=True, drop=1),
+    Col("success_rate", "success", right=True, fmt=lambda r: f"{r:.0%}"),
 ]
 
 
 @command(app)
 def runs(as_json: bool = JsonOpt) -> None:
     """List runs with their outcome so far."""
-    from crl.agent.runs import run_stores
-    from crl.agent.runs import summarise
+    from crl.agent.runs import run_stores, summarise
 
     stores = run_stores(effective_settings())
     rows = []
     for store, info in sorted(((s, i) for s in stores for i in s.list()), key=lambda si: si[1].run_id):
         s = summarise(store.episodes(info.run_id))
-        rows.append({
-            "run_id": info.run_id,
-            "kind": info.kind,
-            "task": info.task,
-            "model": info.model,
-            "status": info.status,
-            "episodes": f"{s.finished}/{len(info.seeds)}",
-            "success_rate": s.success_rate,
-        })
+        rows.append(
+            {
+                "run_id": info.run_id,
+                "kind": info.kind,
+                "task": info.task,
+                "model": info.model,
+                "status": info.status,
+                "episodes": f"{s.finished}/{len(info.seeds)}",
+                "success_rate": s.success_rate,
+            }
+        )
     emit(rows, as_json, RUN_COLUMNS, title=f"runs in {stores[0].dir.parent}")
 
 
 @command(app)
 def show(
     run_id: str = typer.Argument(..., help="Run id (see `crl runs`)."),
-    episode: Optional[int] = typer.Argument(None, help="Episode number within the run; all when omitted."),
+    episode: int | None = typer.Argument(None, help="Episode number within the run; all when omitted."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Pretty-print a run's trajectories: observation, thought, action, reward."""
-    from crl.agent.runs import run_stores
     from crl.agent.render import render_episode
-    from crl.agent.runs import find_run
+    from crl.agent.runs import find_run, run_stores
 
     store = find_run(run_stores(effective_settings()), run_id)
     episodes = store.episodes(run_id)
@@ -68,13 +71,12 @@ def show(
 def explain(
     run_id: str = typer.Argument(..., help="Run id (see `crl runs`)."),
     episode: int = typer.Argument(..., help="Episode number within the run."),
-    step: Optional[int] = typer.Argument(None, help="One step only."),
+    step: int | None = typer.Argument(None, help="One step only."),
     as_json: bool = JsonOpt,
 ) -> None:
     """What memory offered at each step, why (score breakdown), and what the agent then did."""
-    from crl.agent.runs import run_stores
     from crl.agent.explain import explain_step, render_explanation
-    from crl.agent.runs import find_run
+    from crl.agent.runs import find_run, run_stores
 
     store = find_run(run_stores(effective_settings()), run_id)
     wanted = f"{run_id}-{episode:04d}"

@@ -57,9 +57,7 @@ class ChatModel(Protocol):
 
     name: str
 
-    def generate(
-        self, batch: list[list[Message]], config: GenerationConfig
-    ) -> list[Completion]:
+    def generate(self, batch: list[list[Message]], config: GenerationConfig) -> list[Completion]:
         """One reply for each conversation in `batch`, in order."""
         ...
 

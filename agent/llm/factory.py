@@ -33,13 +33,14 @@ def choose_model(llm: LLMSettings) -> ModelChoice:
     if backend == "openai":
         if not llm.model:
             raise ValueError(
-                "the openai backend needs a model name: set llm.model (crl.toml), "
-                "CRL_LLM__MODEL or --model"
+                "the openai backend needs a model name: set llm.model (crl.toml), CRL_LLM__MODEL or --model"
             )
         return ModelChoice("openai", llm.model, None, f"{why}; endpoint {llm.base_url or 'OpenAI'}")
     if llm.model:
         return ModelChoice("local", llm.model, llm.adapter, f"{why}; llm.model = {llm.model}")
-    return ModelChoice("local", EMBEDDED_LABEL, llm.adapter, f"{why}; no model configured, so the embedded default (offline)")
+    return ModelChoice(
+        "local", EMBEDDED_LABEL, llm.adapter, f"{why}; no model configured, so the embedded default (offline)"
+    )
 
 
 def build_chat_model(settings: Settings) -> ChatModel:

@@ -71,9 +71,7 @@ class LocalChatModel:
         self.model.to(self.device)
         self.model.eval()
         self.adapter = Path(adapter) if adapter is not None else None
-        self.name = name or (
-            base_name + (f"+{adapter_name(self.adapter)}" if self.adapter is not None else "")
-        )
+        self.name = name or (base_name + (f"+{adapter_name(self.adapter)}" if self.adapter is not None else ""))
 
     @classmethod
     def embedded(
@@ -102,9 +100,7 @@ class LocalChatModel:
         prefix = ""
         if messages and messages[-1]["role"] == "assistant":
             messages, prefix = messages[:-1], messages[-1]["content"]
-        text = self._tokenizer().apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True
-        )
+        text = self._tokenizer().apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
         return text + prefix
 
     def count_tokens(self, messages: list[Message]) -> int:
@@ -119,9 +115,7 @@ class LocalChatModel:
 
         return score_actions(self, batch, candidates, temperature)
 
-    def generate(
-        self, batch: list[list[Message]], config: GenerationConfig
-    ) -> list[Completion]:
+    def generate(self, batch: list[list[Message]], config: GenerationConfig) -> list[Completion]:
         """One reply per conversation, generated together in one left-padded batch.
 
         Greedy when `config.temperature` is 0, else nucleus sampling with `config.top_p`;
@@ -138,9 +132,7 @@ class LocalChatModel:
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         stops = [s for s in config.stop if s]
         prompt_width = input_ids.shape[1]
-        criteria = StoppingCriteriaList(
-            [_StopOnStrings(tokenizer, stops, prompt_width)] if stops else []
-        )
+        criteria = StoppingCriteriaList([_StopOnStrings(tokenizer, stops, prompt_width)] if stops else [])
         sampling = config.temperature > 0
         options: dict = {
             "max_new_tokens": config.max_new_tokens,
@@ -151,15 +143,11 @@ class LocalChatModel:
         if sampling:
             options.update(temperature=config.temperature, top_p=config.top_p, top_k=0)
         with torch.inference_mode(), _seeded(config.seed if sampling else None, self.device):
-            output = model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, **options
-            )
+            output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **options)
         latency = time.perf_counter() - start
         end_ids = _end_token_ids(model, tokenizer)
         return [
-            self._completion(
-                row, output[i, prompt_width:].tolist(), end_ids, stops, config, latency
-            )
+            self._completion(row, output[i, prompt_width:].tolist(), end_ids, stops, config, latency)
             for i, row in enumerate(rows)
         ]
 
@@ -222,9 +210,7 @@ class _StopOnStrings(StoppingCriteria):
         self.prompt_width = prompt_width
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
-        texts = self.tokenizer.batch_decode(
-            input_ids[:, self.prompt_width :], skip_special_tokens=True
-        )
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_width :], skip_special_tokens=True)
         done = [any(s in text for s in self.stops) for text in texts]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
@@ -283,9 +269,7 @@ def _resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = torch.device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise LLMError(
-            f"Device {device!r} was asked for but CUDA is not available; use device='cpu'."
-        )
+        raise LLMError(f"Device {device!r} was asked for but CUDA is not available; use device='cpu'.")
     return resolved
 
 
@@ -321,9 +305,7 @@ def _resolve_source(model: str | Path, cache_dir: Path | None) -> tuple[str, str
     if path.is_dir():
         return str(path), path.resolve().name
     if path.exists():
-        raise LLMError(
-            f"Model {path} is a file; pass a checkpoint folder, a .gguf file or a hub id."
-        )
+        raise LLMError(f"Model {path} is a file; pass a checkpoint folder, a .gguf file or a hub id.")
     if path.is_absolute() or text.startswith((".", "~")) or text.count("/") > 1:
         raise LLMError(f"Model folder {path} does not exist; check the model path.")
     return text, text
@@ -347,9 +329,7 @@ def _load_tokenizer(source: str):
 
 def _load_model(source: str, dtype: torch.dtype):
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, local_files_only=_offline()
-        )
+        return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=_offline())
     except OSError as error:
         raise _not_found(source, error) from error
 
@@ -377,16 +357,13 @@ def adapter_name(adapter: Path) -> str:
 def _apply_adapter(model, adapter: Path):
     """Load the LoRA adapter at `adapter` and merge it in, so decoding costs no extra matmuls."""
     if not (adapter / "adapter_config.json").is_file():
-        raise LLMError(
-            f"No LoRA adapter at {adapter} (adapter_config.json missing); check the adapter path."
-        )
+        raise LLMError(f"No LoRA adapter at {adapter} (adapter_config.json missing); check the adapter path.")
     from peft import PeftModel
 
     try:
         peft_model = PeftModel.from_pretrained(model, str(adapter))
     except (OSError, ValueError, RuntimeError) as error:
         raise LLMError(
-            f"Cannot load LoRA adapter {adapter} on this base model: {error}. "
-            "Was it trained on a different base model?"
+            f"Cannot load LoRA adapter {adapter} on this base model: {error}. Was it trained on a different base model?"
         ) from error
     return peft_model.merge_and_unload()

@@ -9,20 +9,30 @@ Reply priming (a trailing assistant message that the reply must continue) is a f
 of the local backend. OpenAI-compatible servers treat a trailing assistant message in
 different ways, so this backend drops it from the request and returns the server's
 reply as is; the agent's parser accepts both forms.
+
+Scoring admissible actions (`score_actions`, the posterior policy) goes through the first
+method the server offers: transformers' `/v1/systemone`, vLLM's `prompt_logprobs`, or k
+sampled replies mapped onto the actions (`agent.llm.served_scoring`); `scoring_method` and
+`scoring_report()` say which was used.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import openai
 
 from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
+from crl.agent.llm.served_scoring import ServedEndpointError, ServedScorer, ServedScoringOptions
 from crl.agent.llm.tokens import TiktokenCounter
+
+if TYPE_CHECKING:
+    from crl.agent.llm.scoring import ActionDistribution
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +71,8 @@ class OpenAIChatModel:
         concurrency: requests in flight at once for one batch.
         max_tokens_param: the request field for the reply length; OpenAI's reasoning
             models require `max_completion_tokens`, older servers know only `max_tokens`.
+        scoring: how `score_actions` scores candidates: the methods to try and the sampling
+            settings (`ServedScoringOptions`; its defaults when None).
 
     Raises:
         LLMError: no key is available for OpenAI itself.
@@ -79,6 +91,7 @@ class OpenAIChatModel:
         extra_headers: dict[str, str] | None = None,
         concurrency: int = 8,
         max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        scoring: ServedScoringOptions | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -106,14 +119,13 @@ class OpenAIChatModel:
             default_headers=extra_headers,
         )
         self._counter = TiktokenCounter(model)
+        self._scorer = ServedScorer(self, scoring)
 
     def __repr__(self) -> str:
         where = self.base_url or "OpenAI"
         return f"OpenAIChatModel(model={self.name!r}, base_url={where!r})"
 
-    def generate(
-        self, batch: list[list[Message]], config: GenerationConfig
-    ) -> list[Completion]:
+    def generate(self, batch: list[list[Message]], config: GenerationConfig) -> list[Completion]:
         """One reply per conversation in `batch`, in order, sent concurrently.
 
         Raises:
@@ -124,6 +136,55 @@ class OpenAIChatModel:
         workers = min(self.concurrency, len(batch))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai") as pool:
             return list(pool.map(lambda messages: self._complete(messages, config), batch))
+
+    def score_actions(
+        self, batch: list[list[Message]], candidates: list[list[str]], temperature: float = 1.0
+    ) -> list[ActionDistribution]:
+        """pi_model(a | s) over each conversation's candidate actions, scored by the server.
+
+        The method is the first of `/v1/systemone`, vLLM's `prompt_logprobs` and k sampled
+        replies that the server offers, probed on the first call and kept
+        (`agent.llm.served_scoring`; `scoring_method` names it).
+
+        Raises:
+            LLMError: a request failed after the SDK's retries, or no method can score a state.
+        """
+        return self._scorer.score(batch, candidates, temperature)
+
+    @property
+    def scoring_method(self) -> str | None:
+        """How `score_actions` scores: "systemone", "prompt_logprobs" or "sampling" (None before its first call)."""
+        return self._scorer.method
+
+    def scoring_report(self) -> dict[str, Any]:
+        """For `run.json`: the scoring method, what each probe found, decisions per method."""
+        return self._scorer.report()
+
+    def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST `body` to `path` under the API root (e.g. "/systemone") with the SDK's timeouts
+        and retries; the JSON answer.
+
+        Raises:
+            ServedEndpointError: the server answered with an error status (`status` holds it).
+            LLMError: no answer after the retries, or the answer is not a JSON object.
+        """
+        try:
+            answer = self._client.post(path, cast_to=object, body=body)
+        except openai.APIStatusError as exc:
+            raise ServedEndpointError(self._scrub(self._explain(exc)), exc.status_code) from None
+        except openai.OpenAIError as exc:
+            raise LLMError(self._scrub(self._explain(exc))) from None
+        if not isinstance(answer, dict):
+            raise LLMError(f"openai backend: {self._where()}{path} answered {type(answer).__name__}, not a JSON object")
+        return answer
+
+    def complete(self, messages: list[Message], config: GenerationConfig) -> Completion:
+        """One reply to one conversation (`generate` for a batch of one).
+
+        Raises:
+            LLMError: the request failed after the SDK's retries.
+        """
+        return self._complete(messages, config)
 
     def count_tokens(self, messages: list[Message]) -> int:
         """Prompt tokens by tiktoken (estimated when its files are unavailable offline)."""
@@ -196,10 +257,7 @@ class OpenAIChatModel:
         status = exc.status_code
         detail = _server_message(exc)
         if status == 401:
-            return (
-                f"openai backend: authentication failed (401) at {where} — check the API key "
-                f"in {self._key_source}"
-            )
+            return f"openai backend: authentication failed (401) at {where} — check the API key in {self._key_source}"
         if status == 403:
             return (
                 f"openai backend: permission denied (403) at {where} for model {self.name!r} — "
@@ -212,8 +270,7 @@ class OpenAIChatModel:
             )
         if status == 429:
             return (
-                f"openai backend: rate limited (429) at {where} {retried}: {detail} — lower "
-                "concurrency= or retry later"
+                f"openai backend: rate limited (429) at {where} {retried}: {detail} — lower concurrency= or retry later"
             )
         if status >= 500:
             return f"openai backend: server error ({status}) at {where} {retried}: {detail}"
@@ -241,6 +298,9 @@ def _server_message(exc: openai.APIStatusError) -> str:
             return str(error["message"])
         if isinstance(error, str):
             return error
+        detail = body.get("detail")  # FastAPI servers (transformers serve)
+        if detail:
+            return detail if isinstance(detail, str) else json.dumps(detail)
     return exc.message
 
 

@@ -54,9 +54,7 @@ class ScriptedModel:
     def __repr__(self) -> str:
         return f"ScriptedModel(name={self.name!r}, calls={len(self.calls)})"
 
-    def generate(
-        self, batch: list[list[Message]], config: GenerationConfig
-    ) -> list[Completion]:
+    def generate(self, batch: list[list[Message]], config: GenerationConfig) -> list[Completion]:
         """One scripted reply per conversation in `batch`, in order.
 
         Raises:
@@ -103,8 +101,10 @@ class ScriptedModel:
             if table is None:
                 wanted = text.strip().removeprefix("Action:").strip().lower()
                 table = {a: 0.0 if a.lower() == wanted else SCRIPTED_MISS_LOGPROB for a in actions}
-            scores = [ActionScore(a, table.get(a, SCRIPTED_MISS_LOGPROB), table.get(a, SCRIPTED_MISS_LOGPROB), 1)
-                      for a in actions]
+            scores = [
+                ActionScore(a, table.get(a, SCRIPTED_MISS_LOGPROB), table.get(a, SCRIPTED_MISS_LOGPROB), 1)
+                for a in actions
+            ]
             dist = softmax_policy(scores, temperature)
             out.append(replace(dist, prompt_tokens=self.count_tokens(conversation)))
         return out

@@ -34,9 +34,7 @@ def configure_torch_threads() -> int:
             try:
                 torch.set_num_threads(max(1, int(explicit)))
             except ValueError as error:
-                raise ValueError(
-                    f"CRL_THREADS must be a whole number of threads, got {explicit!r}"
-                ) from error
+                raise ValueError(f"CRL_THREADS must be a whole number of threads, got {explicit!r}") from error
         elif not os.environ.get("OMP_NUM_THREADS", "").strip():
             torch.set_num_threads(available_cores())
     return torch.get_num_threads()

@@ -115,8 +115,7 @@ class TiktokenCounter:
     def count(self, messages: list[Message]) -> int:
         """Prompt tokens for `messages`, including the chat format's framing."""
         return TOKENS_PER_REPLY + sum(
-            TOKENS_PER_MESSAGE + self.count_text(m["role"]) + self.count_text(m["content"])
-            for m in messages
+            TOKENS_PER_MESSAGE + self.count_text(m["role"]) + self.count_text(m["content"]) for m in messages
         )
 
     def count_text(self, text: str) -> int:

@@ -26,30 +26,44 @@ class ReflectorConfig(BaseModel):
         "Unset: the acting model.",
     )
     base_url: str | None = Field(
-        None, description="OpenAI-compatible endpoint of the reflecting model; unset: the acting model's endpoint (llm.base_url)."
+        None,
+        description="OpenAI-compatible endpoint of the reflecting model; unset: the acting model's endpoint (llm.base_url).",
     )
     max_rules: int = Field(20, ge=1, description="Cap on rules per scope (a family, or a family variant).")
-    max_critiques: int = Field(3, ge=1, description="Cap on self-critique rules kept for one game (task variant and seed).")
+    max_critiques: int = Field(
+        3, ge=1, description="Cap on self-critique rules kept for one game (task variant and seed)."
+    )
     rule_scope: Literal["family", "variant"] = Field(
         "family",
         description="Where rules from pairs and groups of successes apply: the whole family, or only the variant they came from.",
     )
     self_critique: bool = Field(
-        True, description="Reflect on a failure with no success yet (Reflexion-style) and keep the rules for retries of that game."
+        True,
+        description="Reflect on a failure with no success yet (Reflexion-style) and keep the rules for retries of that game.",
     )
     add_score: float = Field(2.0, gt=0, description="Score of a new rule (ExpeL: 2).")
     agree_delta: float = Field(1.0, ge=0, description="Score added by AGREE / UPVOTE and by EDIT (ExpeL: +1).")
-    downvote_delta: float = Field(1.0, ge=0, description="Score taken by DOWNVOTE, and by REMOVE while the scope is below its cap (ExpeL: 1).")
-    remove_full_delta: float = Field(3.0, ge=0, description="Score taken by REMOVE while the scope is at its cap (ExpeL: 3).")
+    downvote_delta: float = Field(
+        1.0, ge=0, description="Score taken by DOWNVOTE, and by REMOVE while the scope is below its cap (ExpeL: 1)."
+    )
+    remove_full_delta: float = Field(
+        3.0, ge=0, description="Score taken by REMOVE while the scope is at its cap (ExpeL: 3)."
+    )
     dedupe_threshold: float = Field(
-        0.85, gt=0, le=1,
+        0.85,
+        gt=0,
+        le=1,
         description="Cosine similarity above which a new (or edited) rule is a near-duplicate of an existing one: counted as AGREE on it.",
     )
     contradiction_threshold: float = Field(
-        0.8, gt=0, le=1,
+        0.8,
+        gt=0,
+        le=1,
         description="Cosine similarity above which rules of opposite polarity (one negated) contradict: the one with fewer votes goes.",
     )
-    max_rule_chars: int = Field(300, ge=20, description="Longest rule text kept; longer ones are cut at a sentence end, or rejected.")
+    max_rule_chars: int = Field(
+        300, ge=20, description="Longest rule text kept; longer ones are cut at a sentence end, or rejected."
+    )
     max_ops: int = Field(8, ge=1, description="Most operations accepted from one reply; the rest are rejected.")
     require_grounded: bool = Field(
         True,
@@ -57,13 +71,21 @@ class ReflectorConfig(BaseModel):
         "observations, actions), such as the 135M model's 'Always remember to remember the rules.'",
     )
     max_inputs: int = Field(
-        4, ge=1, description="Most reflections (pairs, groups, critiques) per run of the reflector; the rest wait for the next run."
+        4,
+        ge=1,
+        description="Most reflections (pairs, groups, critiques) per run of the reflector; the rest wait for the next run.",
     )
     group_size: int = Field(3, ge=2, description="Successes on one task compared together in a group.")
-    batch_size: int = Field(4, ge=1, description="Reflection prompts generated in one batch (all see the same rule set).")
-    max_steps_shown: int = Field(12, ge=2, description="Steps of an episode shown in the prompt (first and last halves).")
+    batch_size: int = Field(
+        4, ge=1, description="Reflection prompts generated in one batch (all see the same rule set)."
+    )
+    max_steps_shown: int = Field(
+        12, ge=2, description="Steps of an episode shown in the prompt (first and last halves)."
+    )
     max_observation_chars: int = Field(160, ge=20, description="Longest observation shown per step.")
-    max_new_tokens: int = Field(160, ge=16, description="Most tokens the reflecting model writes per reply (8 operations fit).")
+    max_new_tokens: int = Field(
+        160, ge=16, description="Most tokens the reflecting model writes per reply (8 operations fit)."
+    )
     prime: str | None = Field(
         None,
         description="Start of the reply written for a model that continues a partial reply (the local backend), e.g. "

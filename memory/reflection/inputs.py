@@ -19,8 +19,9 @@ unfinished and errored episodes are never chosen.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Literal
 
 from crl.memory.records import EpisodeRecord
 from crl.memory.reflection.config import ReflectorConfig
@@ -91,7 +92,9 @@ def reflectable(record: EpisodeRecord) -> bool:
     return record.tier != "quarantine" and record.outcome in ("success", "failure") and record.status != "error"
 
 
-def select_inputs(episodes: Iterable[EpisodeRecord], done: ReflectedSoFar, config: ReflectorConfig) -> list[ReflectionInput]:
+def select_inputs(
+    episodes: Iterable[EpisodeRecord], done: ReflectedSoFar, config: ReflectorConfig
+) -> list[ReflectionInput]:
     """Every reflection due for `episodes`, in the order to take them (see the module docstring)."""
     eligible = sorted((e for e in episodes if reflectable(e)), key=lambda e: (e.created_at, e.id))
     successes: dict[str, list[EpisodeRecord]] = {}

@@ -32,13 +32,14 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 from crl.memory.records import EpisodeRecord, RuleRecord
-from crl.memory.reflection.inputs import ReflectedSoFar, ReflectionInput, episode_text, reflectable, select_inputs
 from crl.memory.reflection.config import ReflectorConfig
+from crl.memory.reflection.inputs import ReflectedSoFar, ReflectionInput, episode_text, reflectable, select_inputs
 from crl.memory.reflection.rule_editor import EditResult, RuleChange, RuleEditor, RuleTarget, scope_key
 from crl.memory.reflection.rule_ops import ParsedReply, Rejected, content_words, parse_operations, ungrounded
 from crl.prompts.render import render
@@ -124,10 +125,12 @@ class ReflectionReport:
 
     def summary(self) -> str:
         """One line, e.g. `reflection rf-...: 2 inputs, 3 operations accepted, 1 rejected, 4 rule changes`."""
-        return (f"reflection {self.id}: {len(self.outcomes)} input(s), {self.accepted} operation(s) accepted, "
-                f"{self.rejected} rejected, {len(self.changes)} rule change(s)"
-                + (f", {self.pending} input(s) left for later" if self.pending else "")
-                + (f", {len(self.errors)} error(s)" if self.errors else ""))
+        return (
+            f"reflection {self.id}: {len(self.outcomes)} input(s), {self.accepted} operation(s) accepted, "
+            f"{self.rejected} rejected, {len(self.changes)} rule change(s)"
+            + (f", {self.pending} input(s) left for later" if self.pending else "")
+            + (f", {len(self.errors)} error(s)" if self.errors else "")
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -181,7 +184,9 @@ class ReflectionLog:
         self.path = Path(path)
 
     def append(self, reflection: str, model: str, outcome: InputOutcome, when: float) -> None:
-        line = json.dumps({"reflection": reflection, "time": when, "model": model, **outcome.to_dict()}, ensure_ascii=False)
+        line = json.dumps(
+            {"reflection": reflection, "time": when, "model": model, **outcome.to_dict()}, ensure_ascii=False
+        )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -223,7 +228,9 @@ class Reflector:
         log_path: the reflection log (default `<bank dir>/reflections.jsonl`).
     """
 
-    def __init__(self, bank, model: ReflectModel, config: ReflectorConfig | None = None, log_path: str | Path | None = None):
+    def __init__(
+        self, bank, model: ReflectModel, config: ReflectorConfig | None = None, log_path: str | Path | None = None
+    ):
         self.bank = bank
         self.model = model
         self.config = config or ReflectorConfig()
@@ -281,7 +288,8 @@ class Reflector:
         """Every input due now, in the order reflections take them (episodes without trajectories)."""
         families = [family] if family else None
         episodes = [
-            r for r, _ in self.bank.view.scan("episode", families, ("ok", "fail"))
+            r
+            for r, _ in self.bank.view.scan("episode", families, ("ok", "fail"))
             if isinstance(r, EpisodeRecord) and reflectable(r) and (since_run is None or r.run_id >= since_run)
         ]
         return select_inputs(episodes, self.log.done(), self.config)
@@ -316,8 +324,14 @@ class Reflector:
         ]
         cap = c.max_critiques if item.kind == "critique" else c.max_rules
         content = render(
-            "reflect.j2", kind=item.kind, task=item.task, episodes=episodes, rules=[r.text for r in rules],
-            cap=cap, full=full, max_ops=c.max_ops,
+            "reflect.j2",
+            kind=item.kind,
+            task=item.task,
+            episodes=episodes,
+            rules=[r.text for r in rules],
+            cap=cap,
+            full=full,
+            max_ops=c.max_ops,
         )
         messages = [{"role": "user", "content": content}]
         if self.prime:
@@ -380,11 +394,15 @@ class Reflector:
         seed = item.episodes[0].seed if item.kind == "critique" and item.episodes else None
         return RuleTarget(item.family, item.variant, seed)
 
-    def _apply(self, editor: RuleEditor, item: ReflectionInput, rules: Sequence[RuleRecord], reply: str) -> InputOutcome:
+    def _apply(
+        self, editor: RuleEditor, item: ReflectionInput, rules: Sequence[RuleRecord], reply: str
+    ) -> InputOutcome:
         parsed = parse_operations(reply)
         if self.config.require_grounded:
             parsed = drop_ungrounded(parsed, episode_vocabulary(item))
-        result: EditResult = editor.apply(parsed.ops, rules, item.target(self.config.rule_scope), item.episode_ids, self._game(item))
+        result: EditResult = editor.apply(
+            parsed.ops, rules, item.target(self.config.rule_scope), item.episode_ids, self._game(item)
+        )
         rejected = parsed.rejected + result.rejected
         for r in rejected:
             log.info("reflection %s: rejected %r: %s", editor.reflection, r.raw[:120], r.reason)

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -202,7 +203,9 @@ class RuleEditor:
             if rid is not None:
                 live = self._live[rid]
                 if live.pinned and op.kind in ("EDIT", "REMOVE"):
-                    result.rejected.append(Rejected(op.raw, f"{rid} is pinned: the reflector may not {op.kind.lower()} it"))
+                    result.rejected.append(
+                        Rejected(op.raw, f"{rid} is pinned: the reflector may not {op.kind.lower()} it")
+                    )
                     continue
                 if rid in touched:
                     result.rejected.append(Rejected(op.raw, "that rule already has an operation in this reply"))
@@ -249,7 +252,9 @@ class RuleEditor:
     def _vote(self, rid: str, delta: float, reason: str, note: str = "") -> float:
         """Add `delta` to a live rule's score (journalled); delete it at score <= 0 unless pinned."""
         live = self._live[rid]
-        self.bank.vote_rule(rid, delta, self.actor, provenance=self._provenance, reflection=self.reflection, reason=reason)
+        self.bank.vote_rule(
+            rid, delta, self.actor, provenance=self._provenance, reflection=self.reflection, reason=reason
+        )
         score = live.rule.score + delta
         live.rule = live.rule.model_copy(update={"score": score})
         self._result.changes.append(RuleChange(reason.lower(), rid, live.rule.text, score, note))
@@ -283,7 +288,9 @@ class RuleEditor:
             if polarity(live.rule.text) != pol:
                 kind = "contradiction" if sim >= self.config.contradiction_threshold else None
             else:
-                kind = "duplicate" if sim >= self.config.dedupe_threshold or _norm(text) == _norm(live.rule.text) else None
+                kind = (
+                    "duplicate" if sim >= self.config.dedupe_threshold or _norm(text) == _norm(live.rule.text) else None
+                )
             if kind and (best is None or sim > best[0]):
                 best = (sim, kind, rid)
         return (best[1], best[2]) if best else (None, None)
@@ -302,7 +309,9 @@ class RuleEditor:
     def _agree_instead(self, op: RuleOp, other: str, touched: set[str], duplicates: str, what: str) -> None:
         """A near-duplicate ADD or EDIT counts as AGREE on the rule it duplicates (once per reply)."""
         if other in touched:
-            self._result.rejected.append(Rejected(op.raw, f"{duplicates} a rule that already has an operation in this reply"))
+            self._result.rejected.append(
+                Rejected(op.raw, f"{duplicates} a rule that already has an operation in this reply")
+            )
             return
         touched.add(other)
         self._vote(other, self.config.agree_delta, "AGREE", f"{what} that duplicated this rule")
@@ -320,9 +329,18 @@ class RuleEditor:
                 self._result.rejected.append(Rejected(op.raw, f"the new text contradicts pinned rule {other}"))
                 return
             if not self._settle(other, live.rule.score + self.config.agree_delta):
-                self._result.accepted.append((op, f"contradicts {other}, which keeps more votes: downvoted it, text unchanged"))
+                self._result.accepted.append(
+                    (op, f"contradicts {other}, which keeps more votes: downvoted it, text unchanged")
+                )
                 return
-        self.bank.edit_rule(rid, text, self.actor, delta=self.config.agree_delta, provenance=self._provenance, reflection=self.reflection)
+        self.bank.edit_rule(
+            rid,
+            text,
+            self.actor,
+            delta=self.config.agree_delta,
+            provenance=self._provenance,
+            reflection=self.reflection,
+        )
         score = live.rule.score + self.config.agree_delta
         live.rule = live.rule.model_copy(update={"text": text, "score": score})
         live.vector = vector
@@ -344,13 +362,28 @@ class RuleEditor:
                 self._result.accepted.append((op, f"contradicts {other}, which keeps more votes: downvoted it instead"))
                 return
         rid = self.bank.add_rule(
-            text, scope=target.family, provenance=self._provenance, score=self.config.add_score, actor=self.actor,
-            variant=target.variant, seed=target.seed, model=self.model, reflection=self.reflection,
+            text,
+            scope=target.family,
+            provenance=self._provenance,
+            score=self.config.add_score,
+            actor=self.actor,
+            variant=target.variant,
+            seed=target.seed,
+            model=self.model,
+            reflection=self.reflection,
         )
         rule = RuleRecord(
-            id=rid, text=text, scope=target.family, score=self.config.add_score, provenance=self._provenance,
-            variant=target.variant, seed=target.seed, model=self.model, reflections=[self.reflection],
-            created_at=time.time(), updated_at=time.time(),
+            id=rid,
+            text=text,
+            scope=target.family,
+            score=self.config.add_score,
+            provenance=self._provenance,
+            variant=target.variant,
+            seed=target.seed,
+            model=self.model,
+            reflections=[self.reflection],
+            created_at=time.time(),
+            updated_at=time.time(),
         )
         self._live[rid] = _Live(rule, vector)
         touched.add(rid)
@@ -364,6 +397,8 @@ class RuleEditor:
         excess = len(members) - cap
         if excess <= 0:
             return
-        victims = sorted((lv for lv in members if not lv.pinned), key=lambda lv: (lv.rule.score, -lv.rule.created_at, lv.rule.id))
+        victims = sorted(
+            (lv for lv in members if not lv.pinned), key=lambda lv: (lv.rule.score, -lv.rule.created_at, lv.rule.id)
+        )
         for lv in victims[:excess]:
             self._delete(lv.rule.id, f"over the cap of {cap} rules for {target.label} (lowest score)")

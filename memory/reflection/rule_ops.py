@@ -36,7 +36,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 OpKind = Literal["ADD", "EDIT", "AGREE", "DOWNVOTE", "REMOVE"]
-OP_WORDS = {"ADD": "ADD", "EDIT": "EDIT", "AGREE": "AGREE", "UPVOTE": "AGREE", "DOWNVOTE": "DOWNVOTE", "REMOVE": "REMOVE"}
+OP_WORDS = {
+    "ADD": "ADD",
+    "EDIT": "EDIT",
+    "AGREE": "AGREE",
+    "UPVOTE": "AGREE",
+    "DOWNVOTE": "DOWNVOTE",
+    "REMOVE": "REMOVE",
+}
 NEEDS_TEXT = ("ADD", "EDIT")
 NEEDS_RULE = ("EDIT", "AGREE", "DOWNVOTE", "REMOVE")
 
@@ -101,7 +108,9 @@ def clean_rule_text(text: str, max_chars: int) -> tuple[str | None, str]:
         ('Take the key first.', '')
     """
     text = _TEMPLATE_MARKER.sub(" ", str(text))
-    text = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text)  # controls, format, unassigned, odd spaces
+    text = "".join(
+        " " if unicodedata.category(ch)[0] in "CZ" else ch for ch in text
+    )  # controls, format, unassigned, odd spaces
     text = " ".join(text.split())
     text = re.sub(r"^(?:[-*•>]+\s*)+", "", text).strip().strip("*_`").strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
@@ -140,8 +149,19 @@ class _JsonOp(BaseModel):
         return OP_WORDS[word]
 
 
-_JSON_ALIASES = {"operation": "op", "type": "op", "action": "op", "id": "rule", "number": "rule", "n": "rule", "index": "rule",
-                 "rule_number": "rule", "content": "text", "rule_text": "text", "new_text": "text"}
+_JSON_ALIASES = {
+    "operation": "op",
+    "type": "op",
+    "action": "op",
+    "id": "rule",
+    "number": "rule",
+    "n": "rule",
+    "index": "rule",
+    "rule_number": "rule",
+    "content": "text",
+    "rule_text": "text",
+    "new_text": "text",
+}
 
 
 def _json_ops(reply: str) -> list[Any] | None:

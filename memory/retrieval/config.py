@@ -24,17 +24,23 @@ class RerankWeights(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    similarity: float = Field(1.0, ge=0, description="Cosine similarity to the query state (or cross-encoder relevance).")
+    similarity: float = Field(
+        1.0, ge=0, description="Cosine similarity to the query state (or cross-encoder relevance)."
+    )
     outcome: float = Field(
         0.05, ge=0, description="Discounted outcome: gamma^(steps to the end) after a success, 0 after a failure."
     )
     utility: float = Field(
-        0.3, ge=0, description="Utility advantage: how much more often using the memory preceded success than the family's rate."
+        0.3,
+        ge=0,
+        description="Utility advantage: how much more often using the memory preceded success than the family's rate.",
     )
     value: float = Field(0.05, ge=0, description="The memory's value label (tags at ingest, EMA-smoothed by credit).")
     recency: float = Field(0.02, ge=0, description="0.5 ** (age in days / recency_half_life_days).")
     rule_score: float = Field(
-        0.2, ge=0, description="Rules only: weight of the reflector's vote score, capped at 10 points and scaled to [0, 1]."
+        0.2,
+        ge=0,
+        description="Rules only: weight of the reflector's vote score, capped at 10 points and scaled to [0, 1].",
     )
 
 
@@ -43,60 +49,103 @@ class RetrievalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    pool: int = Field(50, ge=1, description="Candidates fetched by embedding similarity per query and kind before reranking.")
+    pool: int = Field(
+        50, ge=1, description="Candidates fetched by embedding similarity per query and kind before reranking."
+    )
     k_success: int = Field(2, ge=0, description="Successful episodes put in the prompt (`--k-success`).")
     k_failure: int = Field(1, ge=0, description="Failed episodes put in the prompt, for contrast (`--k-failure`).")
     k_hints: int = Field(3, ge=0, description="Step hints: what was done in the most similar stored states.")
     k_rules: int = Field(5, ge=0, description="Rules in scope put in the prompt.")
     epsilon: float = Field(
-        0.05, ge=0, le=1, description="Chance that one slot goes to a novel or rarely used memory instead (`--epsilon`)."
+        0.05,
+        ge=0,
+        le=1,
+        description="Chance that one slot goes to a novel or rarely used memory instead (`--epsilon`).",
     )
     weights: RerankWeights = Field(default_factory=RerankWeights, description="Weights of the rerank score.")
     utility_prior: float = Field(
-        2.0, gt=0, description="Pseudo-uses at the family's success rate that shrink a rarely used memory's utility toward 0 advantage."
+        2.0,
+        gt=0,
+        description="Pseudo-uses at the family's success rate that shrink a rarely used memory's utility toward 0 advantage.",
     )
     mmr_lambda: float = Field(
-        0.7, ge=0, le=1, description="MMR trade-off: 1 ranks by score alone, lower values penalise near-duplicates more."
+        0.7,
+        ge=0,
+        le=1,
+        description="MMR trade-off: 1 ranks by score alone, lower values penalise near-duplicates more.",
     )
     recency_half_life_days: float = Field(7.0, gt=0, description="Age at which the recency term halves.")
     use_utility: bool = Field(True, description="Rank by learned utility (`--no-utility` turns it off).")
     rerank: Literal["default", "cross-encoder"] = Field(
-        "default", description="'cross-encoder' replaces the similarity term by a CrossEncoder's relevance (`--rerank`)."
+        "default",
+        description="'cross-encoder' replaces the similarity term by a CrossEncoder's relevance (`--rerank`).",
     )
     cross_encoder_model: str | None = Field(
-        None, description="Folder (or cached name) of a sentence-transformers CrossEncoder; needed for rerank='cross-encoder'."
+        None,
+        description="Folder (or cached name) of a sentence-transformers CrossEncoder; needed for rerank='cross-encoder'.",
     )
     cross_encoder_pool: int = Field(
-        20, ge=1, description="Candidates per query and kind, best by embedding similarity, that the cross-encoder scores."
+        20,
+        ge=1,
+        description="Candidates per query and kind, best by embedding similarity, that the cross-encoder scores.",
     )
-    ec_neighbours: int = Field(20, ge=1, description="Episodic control: nearest stored steps of the family that vote on action values.")
+    ec_neighbours: int = Field(
+        20, ge=1, description="Episodic control: nearest stored steps of the family that vote on action values."
+    )
     ec_gamma: float = Field(
-        0.9, gt=0, le=1, description="Discount per step between an action and its episode's end (also in the rerank outcome term)."
+        0.9,
+        gt=0,
+        le=1,
+        description="Discount per step between an action and its episode's end (also in the rerank outcome term).",
     )
     ec_min_similarity: float = Field(
-        0.5, ge=-1, lt=1, description="Stored states less similar than this do not vote; the vote weight rises linearly from 0 here to 1 at identity."
+        0.5,
+        ge=-1,
+        lt=1,
+        description="Stored states less similar than this do not vote; the vote weight rises linearly from 0 here to 1 at identity.",
     )
-    ec_invalid_penalty: float = Field(1.0, ge=0, le=1, description="Value an invalid stored action counts with, negated.")
+    ec_invalid_penalty: float = Field(
+        1.0, ge=0, le=1, description="Value an invalid stored action counts with, negated."
+    )
     ec_loop_penalty: float = Field(
-        0.5, ge=0, le=1, description="Value an action repeated after the same observation counts with, negated; also what `choose_memory` subtracts from actions already tried here."
+        0.5,
+        ge=0,
+        le=1,
+        description="Value an action repeated after the same observation counts with, negated; also what `choose_memory` subtracts from actions already tried here.",
     )
     ec_subgoal_value: float = Field(
-        0.5, ge=0, le=1, description="Value of reaching a sub-goal (info['subgoals']) d steps later, times gamma^d; credits the steps toward it even in a failed episode. 0 turns it off."
+        0.5,
+        ge=0,
+        le=1,
+        description="Value of reaching a sub-goal (info['subgoals']) d steps later, times gamma^d; credits the steps toward it even in a failed episode. 0 turns it off.",
     )
     ec_partial_weight: float = Field(
-        0.5, ge=0, le=1, description="Weight of a stored action matching an admissible one by verb and last word only (take brass key ~ take iron key); 0 maps exact text only."
+        0.5,
+        ge=0,
+        le=1,
+        description="Weight of a stored action matching an admissible one by verb and last word only (take brass key ~ take iron key); 0 maps exact text only.",
     )
     ec_optimism: float = Field(
-        0.1, ge=-1, le=1, description="Prior value of an action with no stored experience (`--policy memory` explores what it has not tried)."
+        0.1,
+        ge=-1,
+        le=1,
+        description="Prior value of an action with no stored experience (`--policy memory` explores what it has not tried).",
     )
     ec_prior_weight: float = Field(
-        1.0, gt=0, description="Pseudo-support of the optimistic prior when `choose_memory` shrinks thin evidence toward it."
+        1.0,
+        gt=0,
+        description="Pseudo-support of the optimistic prior when `choose_memory` shrinks thin evidence toward it.",
     )
     mixed_threshold: float = Field(
-        0.3, ge=0, le=2, description="Mixed policy: how much higher memory's best value must be than the model action's to override it."
+        0.3,
+        ge=0,
+        le=2,
+        description="Mixed policy: how much higher memory's best value must be than the model action's to override it.",
     )
     mixed_min_support: float = Field(
-        1.5, ge=0, description="Mixed policy: the similarity weight (about: near-identical stored states) memory's best action needs to override."
+        1.5,
+        ge=0,
+        description="Mixed policy: the similarity weight (about: near-identical stored states) memory's best action needs to override.",
     )
 
     @model_validator(mode="after")

@@ -18,14 +18,20 @@ left out. It is the rate over everything stored, so it persists across runs for 
 follows the bank through curation and rollback; a caller that wants a windowed rate passes
 `baseline`. The target is journalled with the credit entry, so replay never recomputes it.
 
+Credit carries the actor that played the episode (`model_actor`, see `memory.actors`): each
+memory remembers the actor it was last credited under, so that after a promotion what older
+actors taught can be decayed (`memory.retrieval.actor_decay`). Paired credit, for
+experiments, moves a memory by whether it made a difference on a seed played with and
+without memory (`memory.retrieval.paired_credit`).
+
     >>> credit_target(True, 0.2)
     0.9
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from crl.memory.records import parse_record_id
 
@@ -38,6 +44,7 @@ class CreditReport:
     success: bool
     baseline: float
     target: float
+    model_actor: str | None = None
 
 
 def family_success_rate(bank, family: str) -> float:
@@ -59,6 +66,7 @@ def credit_episode(
     used_ids: Iterable[str],
     baseline: float | None = None,
     actor: str | None = None,
+    model_actor: str | None = None,
 ) -> CreditReport:
     """Credit every memory an episode's prompts used, once each, relative to the family's rate.
 
@@ -69,7 +77,9 @@ def credit_episode(
         used_ids: ids of the memories put into its prompts (`ContextPack.used_ids()` of every
             step); repeats count once, since credit is per episode.
         baseline: the success rate to compare with (default: `family_success_rate`).
-        actor: who the journal says credited them.
+        actor: who the journal says credited them (e.g. "run:<run id>").
+        model_actor: the actor that played the episode, `memory.actors.actor_key(episode.model,
+            episode.adapter)`; None when unknown (such credit counts as an older actor's).
 
     Returns:
         A report with the ids credited, the baseline and the target used.
@@ -83,5 +93,5 @@ def credit_episode(
     p = family_success_rate(bank, family) if baseline is None else float(baseline)
     target = credit_target(episode_success, p)
     if ids:
-        bank.credit(ids, episode_success, target=target, actor=actor)
-    return CreditReport(ids, bool(episode_success), p, target)
+        bank.credit(ids, episode_success, target=target, actor=actor, model_actor=model_actor)
+    return CreditReport(ids, bool(episode_success), p, target, model_actor)

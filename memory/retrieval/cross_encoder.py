@@ -9,14 +9,14 @@ a sigmoid on its logits.
 
 from __future__ import annotations
 
-from crl.memory.errors import BankError
-
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from crl.memory.errors import BankError
 from crl.memory.records import AnyRecord, StepRecord
 
 

@@ -39,12 +39,14 @@ actions never tried here look slightly good and get explored; ties go to a seede
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Sequence
+from typing import Any
 
 from crl.memory.records import StepRecord
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.tasks.actions import normalise_action
+
 
 @dataclass
 class ActionValue:
@@ -228,7 +230,11 @@ def choose_mixed(
             "memory",
             f"memory: {best.hint} (value {best.value:+.2f}) over the model's {model_action!r} ({model_value:+.2f})",
         )
-    return model_action, "llm", f"memory's best {best.action!r} is only {margin:+.2f} better (needs {config.mixed_threshold:.2f})"
+    return (
+        model_action,
+        "llm",
+        f"memory's best {best.action!r} is only {margin:+.2f} better (needs {config.mixed_threshold:.2f})",
+    )
 
 
 def choose_memory(

@@ -41,8 +41,9 @@ used experience, instead of the lowest-ranked one chosen (`reason = "explore"`).
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +111,7 @@ def outcome_term(record: AnyRecord, gamma: float) -> float:
     return 0.0
 
 
-def utility_advantage(uses: int, wins: int, baseline: float, prior: float) -> float:
+def utility_advantage(uses: float, wins: float, baseline: float, prior: float) -> float:
     """Shrunk success rate of the episodes that used a memory, minus the family's rate.
 
     Example:
@@ -129,7 +130,11 @@ def recency_term(created_at: float, now: float, half_life_days: float) -> float:
 def score(candidate: Candidate, config: RetrievalConfig, baseline: float, now: float) -> tuple[float, dict[str, float]]:
     """The rerank score of one candidate and its breakdown (weighted terms)."""
     r, w = candidate.record, config.weights
-    utility = utility_advantage(r.use_count, r.use_successes, baseline, config.utility_prior) if config.use_utility else 0.0
+    utility = (
+        utility_advantage(r.effective_uses, r.effective_wins, baseline, config.utility_prior)
+        if config.use_utility
+        else 0.0
+    )
     terms = {
         "similarity": w.similarity * candidate.similarity,
         "outcome": w.outcome * outcome_term(r, config.ec_gamma),

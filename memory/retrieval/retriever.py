@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+from crl.memory.records import RULE_SCOPE_ALL, StepRecord, state_text
+from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.credit import family_success_rate
 from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, relevance
 from crl.memory.retrieval.episodic_control import ActionValue, action_values
-from crl.memory.records import RULE_SCOPE_ALL, StepRecord, state_text
 from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, rank
-from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.storage.store import Hit, Located, bucket_of
 
 SLOTS = ("successes", "failures", "hints")
@@ -108,7 +109,12 @@ class ContextPack:
         return {
             "memories": [
                 dict(m.to_dict(), slot=slot)
-                for slot, items in (("success", self.successes), ("failure", self.failures), ("hint", self.hints), ("rule", self.rules))
+                for slot, items in (
+                    ("success", self.successes),
+                    ("failure", self.failures),
+                    ("hint", self.hints),
+                    ("rule", self.rules),
+                )
                 for m in items
             ],
             "action_values": {a: v.to_dict() for a, v in self.action_values.items()},
@@ -133,7 +139,12 @@ class _FamilyHits:
 
 def slot_sizes(config: RetrievalConfig) -> dict[str, int]:
     """How many memories each slot list of a pack holds at most."""
-    return {"successes": config.k_success, "failures": config.k_failure, "hints": config.k_hints, "rules": config.k_rules}
+    return {
+        "successes": config.k_success,
+        "failures": config.k_failure,
+        "hints": config.k_hints,
+        "rules": config.k_rules,
+    }
 
 
 def stored_embeddings(bank, hits: Sequence[Hit]) -> dict[str, np.ndarray]:
@@ -210,7 +221,9 @@ class Retriever:
         """The cross-encoder in use (loaded on first use)."""
         if self._cross_encoder is None:
             if not self.config.cross_encoder_model:
-                raise ValueError("rerank = 'cross-encoder' needs retrieval.cross_encoder_model (a local CrossEncoder folder)")
+                raise ValueError(
+                    "rerank = 'cross-encoder' needs retrieval.cross_encoder_model (a local CrossEncoder folder)"
+                )
             self._cross_encoder = load_cross_encoder(self.config.cross_encoder_model)
         return self._cross_encoder
 
@@ -238,7 +251,10 @@ class Retriever:
             by_family.setdefault(q.family, []).append(i)
         fetched = {
             family: self._fetch(
-                family, vectors[idx], any(queries[i].admissible for i in idx), [(queries[i].variant, queries[i].seed) for i in idx]
+                family,
+                vectors[idx],
+                any(queries[i].admissible for i in idx),
+                [(queries[i].variant, queries[i].seed) for i in idx],
             )
             for family, idx in by_family.items()
         }
@@ -277,7 +293,11 @@ class Retriever:
     # ---- internals ----------------------------------------------------------------------
 
     def _fetch(
-        self, family: str, vectors: np.ndarray, valuing: bool, games: Sequence[tuple[str | None, int | None]] | None = None
+        self,
+        family: str,
+        vectors: np.ndarray,
+        valuing: bool,
+        games: Sequence[tuple[str | None, int | None]] | None = None,
     ) -> "_FamilyHits":
         """Candidate hits of one family for a batch of query vectors, with their embeddings
         (`games`: each query's variant and seed, which decide the rules in scope)."""
@@ -298,7 +318,9 @@ class Retriever:
             "failures": episodes("failure", cfg.k_failure),
             "hints": [
                 [h for h in row[:pool] if h.record.episode_outcome != "unfinished" and h.record.valid] for row in steps
-            ] if cfg.k_hints else empty,
+            ]
+            if cfg.k_hints
+            else empty,
             "rules": rule_hits(bank, family, vectors, pool, games) if cfg.k_rules else empty,
         }
         # MMR only changes a pick when at least two are picked from a pool

@@ -4,12 +4,10 @@ Every apply is a deterministic function of the view and the entry (times come fr
 entry, never the clock), so replaying the journal in order always produces the same view.
 With `check_applied`, records whose `jseq` shows they already saw the entry are skipped,
 which makes replaying a half-applied entry after a crash safe for non-idempotent ops
-(credit, vote).
+(credit, decay, vote).
 """
 
 from __future__ import annotations
-
-from crl.memory.errors import BankError
 
 import hashlib
 from collections import OrderedDict
@@ -19,13 +17,14 @@ from typing import Any
 import numpy as np
 
 from crl.memory import tags
-from crl.memory.storage.episode_log import read_episodes
+from crl.memory.errors import BankError
 from crl.memory.ingest import EpisodeTags, build_records, episode_as_of
-from crl.memory.storage.journal import JournalEntry
 from crl.memory.records import AnyRecord, EpisodeRecord, RuleRecord, step_record_id, utility_of
+from crl.memory.storage.episode_log import read_episodes
+from crl.memory.storage.journal import JournalEntry
 from crl.memory.storage.store import ChromaView, Located, bucket_of
-from crl.memory.trajectory import Episode
 from crl.memory.storage.transfer import read_import
+from crl.memory.trajectory import Episode
 
 
 class MissingContentError(BankError, RuntimeError):
@@ -109,6 +108,10 @@ def merge_curation(new: AnyRecord, old: AnyRecord) -> AnyRecord:
         "use_successes": old.use_successes,
         "utility": old.utility,
         "last_used_at": old.last_used_at,
+        "credit_actor": old.credit_actor,
+        "credit_uses": old.credit_uses,
+        "credit_wins": old.credit_wins,
+        "value_prior": old.value_prior,
     }
     if old.use_count > 0:
         keep["value"] = old.value
@@ -221,9 +224,11 @@ class Materializer:
         """Locate records; an episode brings its steps along."""
         found = self.view.locate(ids)
         step_ids = []
-        for rid, loc in found.items():
+        for loc in found.values():
             if isinstance(loc.record, EpisodeRecord):
-                step_ids += [step_record_id(loc.record.family, loc.record.episode_id, i) for i in range(loc.record.length)]
+                step_ids += [
+                    step_record_id(loc.record.family, loc.record.episode_id, i) for i in range(loc.record.length)
+                ]
         if step_ids:
             found.update(self.view.locate(step_ids))
         return found
@@ -240,13 +245,21 @@ class Materializer:
 
     def _tag(self, entry: JournalEntry, check_applied: bool) -> None:
         add = list(entry.payload["tags"])
-        self._change(entry, self.view.locate(entry.ids), check_applied,
-                     lambda r: r.model_copy(update={"tags": sorted(set(r.tags) | set(add))}))
+        self._change(
+            entry,
+            self.view.locate(entry.ids),
+            check_applied,
+            lambda r: r.model_copy(update={"tags": sorted(set(r.tags) | set(add))}),
+        )
 
     def _untag(self, entry: JournalEntry, check_applied: bool) -> None:
         drop = set(entry.payload["tags"])
-        self._change(entry, self.view.locate(entry.ids), check_applied,
-                     lambda r: r.model_copy(update={"tags": [t for t in r.tags if t not in drop]}))
+        self._change(
+            entry,
+            self.view.locate(entry.ids),
+            check_applied,
+            lambda r: r.model_copy(update={"tags": [t for t in r.tags if t not in drop]}),
+        )
 
     def _tier(self, entry: JournalEntry, check_applied: bool) -> None:
         tier = entry.payload["tier"]
@@ -261,18 +274,51 @@ class Materializer:
         success = bool(p["success"])
         target = float(p["target"])
         alpha = float(p["alpha"])
+        acted = p.get("model_actor")
 
         def credit(r: AnyRecord) -> AnyRecord:
             uses, wins = r.use_count + 1, r.use_successes + int(success)
-            return r.model_copy(update={
-                "use_count": uses,
-                "use_successes": wins,
-                "utility": utility_of(uses, wins),
-                "value": tags.ema_update(r.value, target, alpha),
-                "last_used_at": entry.time,
-            })
+            kept_uses = None if r.credit_uses is None else r.credit_uses + 1
+            kept_wins = None if r.credit_wins is None else r.credit_wins + int(success)
+            prior = r.value if r.value_prior is None and r.use_count == 0 else r.value_prior
+            return r.model_copy(
+                update={
+                    "use_count": uses,
+                    "use_successes": wins,
+                    "utility": utility_of(
+                        uses if kept_uses is None else kept_uses, wins if kept_wins is None else kept_wins
+                    ),
+                    "value": tags.ema_update(r.value, target, alpha),
+                    "last_used_at": entry.time,
+                    "credit_actor": acted,
+                    "credit_uses": kept_uses,
+                    "credit_wins": kept_wins,
+                    "value_prior": prior,
+                }
+            )
 
         self._change(entry, self.view.locate(entry.ids), check_applied, credit)
+
+    def _decay(self, entry: JournalEntry, check_applied: bool) -> None:
+        p = entry.payload
+        keep = 1.0 - float(p["decay"])
+        current = p["model_actor"]
+
+        def decay(r: AnyRecord) -> AnyRecord | None:
+            if r.credit_actor == current:
+                return None
+            uses, wins = r.effective_uses * keep, r.effective_wins * keep
+            prior = tags.NEUTRAL_VALUE if r.value_prior is None else r.value_prior
+            return r.model_copy(
+                update={
+                    "credit_uses": uses,
+                    "credit_wins": wins,
+                    "utility": utility_of(uses, wins),
+                    "value": tags.decay_toward(r.value, prior, keep),
+                }
+            )
+
+        self._change(entry, self.view.locate(entry.ids), check_applied, decay)
 
     def _rule_add(self, entry: JournalEntry, check_applied: bool) -> None:
         rule = RuleRecord.model_validate(entry.payload["record"])
@@ -287,18 +333,26 @@ class Materializer:
         if loc is None or (check_applied and loc.jseq >= entry.seq):
             return
         p = entry.payload
-        rule = _traced(loc.record, p).model_copy(update={
-            "text": p["text"],
-            "score": loc.record.score + float(p.get("delta", 0.0)),
-            "updated_at": entry.time,
-        })
+        rule = _traced(loc.record, p).model_copy(
+            update={
+                "text": p["text"],
+                "score": loc.record.score + float(p.get("delta", 0.0)),
+                "updated_at": entry.time,
+            }
+        )
         self.view.put([rule], self.vectors([rule]), entry.seq)
 
     def _rule_vote(self, entry: JournalEntry, check_applied: bool) -> None:
         p = entry.payload
         delta = float(p["delta"])
-        self._change(entry, self.view.locate(entry.ids), check_applied,
-                     lambda r: _traced(r, p).model_copy(update={"score": r.score + delta}) if isinstance(r, RuleRecord) else None)
+        self._change(
+            entry,
+            self.view.locate(entry.ids),
+            check_applied,
+            lambda r: (
+                _traced(r, p).model_copy(update={"score": r.score + delta}) if isinstance(r, RuleRecord) else None
+            ),
+        )
 
 
 RULE_TRACE_LIMIT = 50  # provenance and reflection ids kept per rule (the journal keeps them all)

@@ -13,6 +13,10 @@ The real one is stored in a collection's configuration as Chroma's own
     >>> v = fake.embed(["open the door", "open the door"])
     >>> float(v[0] @ v[1])
     1.0
+
+`CachedEmbedding` wraps either with a bounded LRU of vectors by exact text: the bank embeds
+through it, so the state a retriever query embedded is not embedded again when its episode is
+ingested, and a deterministic game's revisited states are embedded once.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -228,6 +234,109 @@ class LegacySentenceTransformerEmbedding(SentenceTransformerEmbedding):
         return LegacySentenceTransformerEmbedding(
             config["model"], config.get("device", "cpu"), config.get("batch_size", 64), config.get("threads", 1)
         )
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """How an embedding cache has served so far.
+
+    Attributes:
+        hits: texts answered from the cache.
+        misses: texts the model had to embed.
+        size: vectors held now.
+        capacity: most vectors held (least recently used ones go first).
+    """
+
+    hits: int
+    misses: int
+    size: int
+    capacity: int
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of texts answered from the cache (0 before any)."""
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+class CachedEmbedding:
+    """A `TextEmbedder` that keeps the vectors of the last `capacity` distinct texts (LRU).
+
+    Keyed by the exact text, so a hit returns the very vector the model gave that text; texts
+    repeated within one call are embedded once. Safe to share between the retriever's thread
+    and the bank's ingest thread. `capacity=0` passes every call through.
+
+    Example:
+        >>> cached = CachedEmbedding(HashingEmbedding(dim=8), capacity=2)
+        >>> _ = cached.embed(["look", "look", "go north"])
+        >>> _ = cached.embed(["look"])
+        >>> cached.stats()
+        CacheStats(hits=2, misses=2, size=2, capacity=2)
+
+    Args:
+        inner: the embedder that computes vectors on a miss.
+        capacity: most vectors kept (a 384-d vector takes 1.5 kB).
+    """
+
+    def __init__(self, inner: TextEmbedder, capacity: int = 8192):
+        if capacity < 0:
+            raise ValueError(f"embedding cache capacity must be >= 0, not {capacity}")
+        self.inner = inner
+        self.capacity = capacity
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self._hits = 0
+        self._misses = 0
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    @property
+    def dim(self) -> int:
+        """Length of the vectors (the inner embedder's)."""
+        return int(self.inner.dim)  # type: ignore[attr-defined]
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return self.inner.embed([])
+        if not self.capacity:
+            with self._lock:
+                self._misses += len(texts)
+            return self.inner.embed(texts)
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for text in dict.fromkeys(texts):
+                vector = self._vectors.get(text)
+                if vector is not None:
+                    self._vectors.move_to_end(text)
+                    found[text] = vector
+            missing = [t for t in dict.fromkeys(texts) if t not in found]
+            self._misses += len(missing)
+            self._hits += len(texts) - len(missing)
+        if missing:
+            fresh = np.asarray(self.inner.embed(missing), dtype=np.float32)
+            with self._lock:
+                for text, vector in zip(missing, fresh):
+                    vector = vector.copy()
+                    vector.flags.writeable = False
+                    found[text] = self._vectors[text] = vector
+                    self._vectors.move_to_end(text)
+                while len(self._vectors) > self.capacity:
+                    self._vectors.popitem(last=False)
+        return np.stack([found[t] for t in texts])
+
+    def stats(self) -> CacheStats:
+        """Hits, misses and size so far."""
+        with self._lock:
+            return CacheStats(self._hits, self._misses, len(self._vectors), self.capacity)
+
+    def clear(self) -> None:
+        """Forget every vector and reset the counters."""
+        with self._lock:
+            self._vectors.clear()
+            self._hits = self._misses = 0
 
 
 _TOKEN = re.compile(r"[a-z0-9]+")

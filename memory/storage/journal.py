@@ -24,23 +24,37 @@ Ops and their payloads:
 
 from __future__ import annotations
 
-from crl.memory.errors import BankError
-
 import json
 import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from filelock import FileLock, Timeout
 
+from crl.memory.errors import BankError
+
 JOURNAL_VERSION = 1
 OPS = frozenset(
-    {"ingest", "import", "tag", "untag", "tier", "rm", "credit", "rule_add", "rule_edit", "rule_vote", "rollback"}
+    {
+        "ingest",
+        "import",
+        "tag",
+        "untag",
+        "tier",
+        "rm",
+        "credit",
+        "decay",
+        "rule_add",
+        "rule_edit",
+        "rule_vote",
+        "rollback",
+    }
 )
 
 
@@ -61,7 +75,14 @@ class JournalEntry:
     v: int = JOURNAL_VERSION
 
     def to_json(self) -> str:
-        data = {"v": self.v, "time": self.time, "actor": self.actor, "op": self.op, "ids": self.ids, "payload": self.payload}
+        data = {
+            "v": self.v,
+            "time": self.time,
+            "actor": self.actor,
+            "op": self.op,
+            "ids": self.ids,
+            "payload": self.payload,
+        }
         return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
     @classmethod
@@ -106,7 +127,9 @@ class Journal:
             header = json.loads(first)
             self.journal_id: str = header["journal_id"]
         except (ValueError, KeyError):
-            raise JournalError(f"{self.path} does not start with a journal header; move it aside and run `crl memory rebuild`") from None
+            raise JournalError(
+                f"{self.path} does not start with a journal header; move it aside and run `crl memory rebuild`"
+            ) from None
         if int(header.get("v", 0)) > JOURNAL_VERSION:
             raise JournalError(f"{self.path} was written by a newer crl (journal v{header['v']}); upgrade crl")
 
@@ -197,5 +220,7 @@ class Journal:
                     if data.get("op") != "header":
                         entries.append(JournalEntry.from_dict(data, seq))
                 except (ValueError, KeyError, TypeError, AttributeError) as e:
-                    raise JournalError(f"{self.path}: corrupt entry at byte {seq} ({e}); fix or remove that line") from None
+                    raise JournalError(
+                        f"{self.path}: corrupt entry at byte {seq} ({e}); fix or remove that line"
+                    ) from None
         return entries, offset

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from crl.memory.storage.journal import Journal, JournalEntry
 from crl.memory.records import parse_record_id
+from crl.memory.storage.journal import Journal, JournalEntry
 
 
 @dataclass

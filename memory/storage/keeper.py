@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crl.memory.records import KINDS, SCHEMA_VERSION
+from crl.memory.results import RebuildReport
 from crl.memory.storage.apply import Materializer, MissingContentError, VectorCache
 from crl.memory.storage.journal import Journal, JournalEntry
 from crl.memory.storage.journal_state import JournalState
-from crl.memory.records import KINDS, SCHEMA_VERSION
-from crl.memory.results import RebuildReport
 from crl.memory.storage.store import ChromaView, NewerSchemaError, StoreError
 
 
@@ -89,7 +89,9 @@ class ViewKeeper:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         backup = self.dir / "backups" / f"view-v{version}-{stamp}.jsonl"
         self.view.dump(backup)
-        self.warnings.append(f"migrated the memory view from schema v{version} to v{SCHEMA_VERSION}; backup in {backup}")
+        self.warnings.append(
+            f"migrated the memory view from schema v{version} to v{SCHEMA_VERSION}; backup in {backup}"
+        )
         self.rebuild_view(reuse_vectors=False)
 
     def _watermark_path(self) -> Path:
@@ -107,7 +109,9 @@ class ViewKeeper:
     def _set_watermark(self, offset: int) -> None:
         path = self._watermark_path()
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"view_id": self.view_id, "journal_id": self.journal.journal_id, "applied_through": offset}))
+        tmp.write_text(
+            json.dumps({"view_id": self.view_id, "journal_id": self.journal.journal_id, "applied_through": offset})
+        )
         os.replace(tmp, path)
 
     def _apply(self, entry: JournalEntry, check_applied: bool, **hints: Any) -> None:
@@ -184,7 +188,9 @@ class ViewKeeper:
         self.journal.append(entries)
         written = self.state.refresh(self.journal)
         if len(written) != len(entries):
-            raise RuntimeError("the journal changed under its lock; is the memory directory on a filesystem without locks?")
+            raise RuntimeError(
+                "the journal changed under its lock; is the memory directory on a filesystem without locks?"
+            )
         for i, e in enumerate(written):
             self._apply(e, check_applied=False, **(hints or {}).get(i, {}))
         self._set_watermark(self.state.offset)

@@ -7,13 +7,13 @@ that says who holds the store and how to share it instead (server mode).
 
 from __future__ import annotations
 
-from crl.memory.errors import BankError
-
 import os
 import socket
 from pathlib import Path
 
 from filelock import FileLock, Timeout
+
+from crl.memory.errors import BankError
 
 
 class StoreLockedError(BankError, RuntimeError):

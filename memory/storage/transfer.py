@@ -9,15 +9,15 @@ raised before the bank changes. Records of an older schema version go through `M
 
 from __future__ import annotations
 
-from crl.memory.errors import BankError
-
 import json
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from pydantic import ValidationError
 
+from crl.memory.errors import BankError
 from crl.memory.records import KINDS, SCHEMA_VERSION, AnyRecord, record_from_dict
 
 MAX_REPORTED_ERRORS = 20
