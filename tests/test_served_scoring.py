@@ -343,7 +343,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def transformers_serve(embedded_models_dir):
     """A real `transformers serve` of the embedded checkpoint on loopback (needs `transformers[serving]`)."""
-    pytest.importorskip("fastapi", reason="transformers serve needs `pip install 'transformers[serving]'`")
+    pytest.importorskip("fastapi", reason="transformers serve needs fastapi (the test extra)")
     from crl.agent.llm.embedded import embedded_model_path
 
     cli = Path(sys.executable).with_name("transformers")
