@@ -11,7 +11,6 @@ from crl.memory.actors import actor_key
 from crl.memory.records import EpisodeRecord, StepRecord
 from crl.memory.retrieval.credit import credit_episode
 from crl.memory.retrieval.episodic_control import (
-    ActionValue,
     MemoryAdvantage,
     choose_memory,
     choose_mixed,
@@ -21,7 +20,7 @@ from crl.memory.retrieval.rerank import ScoredMemory
 from crl.memory.retrieval.retriever import ContextPack, RetrievalQuery, Retriever
 from crl.memory.trajectory import Episode
 from crl.prompts.budget import BudgetItem
-from crl.prompts.memory_text import CaseView, render_action_value, render_case, render_hint
+from crl.prompts.memory_text import CaseView, render_case, render_hint
 from crl.tasks.actions import normalise_action
 
 MemoryMode = Literal["off", "cases", "steps", "full"]
@@ -46,11 +45,6 @@ def case_view(record: EpisodeRecord) -> CaseView:
 def step_hint(record: StepRecord) -> str:
     """What was done in a similar stored state and how that episode ended."""
     return render_hint(record.observation, record.action, record.episode_outcome == "success")
-
-
-def action_value_hint(value: ActionValue) -> str:
-    """Memory's value of an action as the prompt shows it, e.g. "take key → success 4 of 5"."""
-    return render_action_value(value.action, value.successes, value.n, value.invalid, value.repeated)
 
 
 class MemoryAdvisor:
@@ -101,10 +95,7 @@ class MemoryAdvisor:
             items += [self._case(m, "failure", 2.0) for m in pack.failures]
         if self.mode in ("steps", "full"):
             top = sorted(pack.action_values.values(), key=lambda v: -v.support)[:3]
-            items += [
-                BudgetItem(ACTION_VALUE_KEY + v.action, "hint", action_value_hint(v), 4.0 + v.support / 100)
-                for v in top
-            ]
+            items += [BudgetItem(ACTION_VALUE_KEY + v.action, "hint", v.hint, 4.0 + v.support / 100) for v in top]
             items += [BudgetItem(m.id, "hint", step_hint(m.record), 1.0 + m.score) for m in pack.hints]
         if self.mode == "full":
             items += [BudgetItem(m.id, "rule", m.record.text, 0.5 + m.score) for m in pack.rules]

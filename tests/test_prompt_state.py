@@ -220,10 +220,17 @@ def test_memory_item_texts_come_from_the_templates():
 
 
 def test_action_value_text_in_the_prompt_matches_the_logged_hint():
-    from crl.agent.advisor import action_value_hint
+    from crl.agent.advisor import ACTION_VALUE_KEY, MemoryAdvisor
+    from crl.prompts.memory_text import render_action_value
 
-    for value in memory_pack().action_values.values():
-        assert action_value_hint(value) == value.hint
+    pack = memory_pack()
+    items = MemoryAdvisor(bank=None, retriever=None, mode="full").prompt_items(pack)
+    shown = {i.key.removeprefix(ACTION_VALUE_KEY): i.text for i in items if i.key.startswith(ACTION_VALUE_KEY)}
+    assert shown and all(shown[a] == v.hint for a, v in pack.action_values.items() if a in shown)
+    assert all(
+        v.hint == render_action_value(v.action, v.successes, v.n, v.invalid, v.repeated)
+        for v in pack.action_values.values()
+    )
 
 
 def test_feedback_notes_come_from_the_template():
