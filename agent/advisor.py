@@ -106,13 +106,21 @@ class MemoryAdvisor:
         return BudgetItem(m.id, "case", render_case(case_view(m.record)), base + m.score, outcome)
 
     def advantages(
-        self, pack: ContextPack | None, admissible: Sequence[str], task: str, same_task: bool = True
+        self,
+        pack: ContextPack | None,
+        admissible: Sequence[str],
+        task: str,
+        same_task: bool = True,
+        untried: float | None = None,
     ) -> dict[str, MemoryAdvantage]:
         """Memory's advantage of each admissible action in this state (for the posterior policy):
-        what followed it in the nearest stored states minus what followed any action there."""
+        what followed it in the nearest stored states minus what followed any action there
+        (`untried`: the optimistic q of actions none of them took, see `memory_advantages`)."""
         if pack is None or not pack.neighbours:
             return {}
-        return memory_advantages(pack.neighbours, admissible, self.retriever.config, task=task if same_task else None)
+        return memory_advantages(
+            pack.neighbours, admissible, self.retriever.config, task=task if same_task else None, untried=untried
+        )
 
     def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:
         """The stored steps whose votes make memory's advantage for `action` here (credited when

@@ -318,6 +318,7 @@ def _execute(
                 on_episode_end=lambda ep: [h(ep) for h in hooks],
                 advisor=advisor,
                 posterior=settings.agent.posterior.policy() if settings.agent.policy == "posterior" else None,
+                candidate_cap=settings.agent.posterior.candidates,
             )
             stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
         info.scoring = scoring_report(model) if stats.scored_decisions else None

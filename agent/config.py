@@ -78,12 +78,27 @@ class PosteriorSettings(BaseModel):
     temperature: float = Field(
         1.0, gt=0, description="Softmax temperature over the model's token-normalised action log-likelihoods."
     )
+    explore_untried: bool = Field(
+        True,
+        description="Where memory holds close states, value actions none of them took at `optimism` "
+        "(so demoting a known loser hands the step to an untried action).",
+    )
+    optimism: float = Field(0.1, ge=-1, le=1, description="q of an untried action when explore_untried is on.")
+    candidates: int = Field(
+        12,
+        ge=1,
+        description="Where a task lists no actions but its environment lists the valid ones (ScienceWorld): "
+        "the most actions scored per step, built from the model's free reply (the valid action it names and "
+        "those nearest to it) and memory's actions valid now (`agent.candidates`).",
+    )
 
     def policy(self):
         """The `agent.posterior.PosteriorPolicy` these settings describe."""
         from crl.agent.posterior import PosteriorConfig, PosteriorPolicy
 
-        config = PosteriorConfig(self.beta, self.alpha, self.support_scale, self.mode, self.same_task)
+        config = PosteriorConfig(
+            self.beta, self.alpha, self.support_scale, self.mode, self.same_task, self.explore_untried, self.optimism
+        )
         return PosteriorPolicy(config, self.temperature)
 
 

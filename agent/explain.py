@@ -102,7 +102,9 @@ def posterior_table(posterior: dict) -> Table:
     the posterior; the chosen action is marked (the posterior policy's step detail)."""
     title = (
         f"posterior (beta {posterior['beta']:g}, alpha {posterior['alpha']:g}, "
-        f"support scale {posterior['support_scale']:g})"
+        f"support scale {posterior['support_scale']:g}"
+        + (", untried actions explored" if posterior.get("explore_untried") else "")
+        + ")"
     )
     table = Table(show_header=True, header_style="bold", title=title, title_justify="left")
     for col in ("action", "model", "memory", "advantage", "support", "lambda", "posterior", ""):

@@ -57,7 +57,8 @@ def evaluate_adapter(
 
     Args:
         memory: keep memory in the loop as the settings configure it; False plays the model
-            alone (memory off, the llm policy).
+            alone: no memory read at all, the model generating (the llm policy) or, under the
+            posterior policy, scoring the listed actions (`random` stays random).
     """
     from crl.agent.app import start_run
     from crl.agent.llm.local import LocalChatModel
@@ -65,8 +66,10 @@ def evaluate_adapter(
     llm = settings.llm.model_copy(update={"adapter": str(adapter) if adapter else None})
     run_settings = settings.model_copy(update={"llm": llm})
     if not memory:
-        agent = settings.agent.model_copy(update={"memory": "off", "policy": "llm"})
-        run_settings = run_settings.model_copy(update={"agent": agent})
+        policy = settings.agent.policy if settings.agent.policy in ("posterior", "random") else "llm"
+        agent = settings.agent.model_copy(update={"memory": "off", "policy": policy})
+        bank = settings.memory.model_copy(update={"enabled": False})
+        run_settings = run_settings.model_copy(update={"agent": agent, "memory": bank})
     model = LocalChatModel(
         base_model_path(settings, base),
         adapter=adapter,

@@ -14,8 +14,10 @@
     beta       how much the model's prior counts (0: not at all; 1: as scored)
     alpha      memory's temperature: an advantage of alpha multiplies the odds by e
 
-With no support anywhere and beta = 1 the posterior is pi_model itself; an action memory knows
-nothing of keeps advantage 0, so memory only moves mass between actions it has evidence on.
+With no support anywhere and beta = 1 the posterior is pi_model itself. An action no close
+stored step took keeps advantage 0 (memory only moves mass between actions it has evidence on)
+unless `explore_untried` is on: then, where memory holds close states, it is valued at the
+optimistic prior `optimism` against the state's baseline (`memory_advantages(untried=...)`).
 This is the LLM-prior x exp(Q) posterior of Memory-Driven Self-Improvement (arXiv 2509.26340),
 with Q replaced by a support-weighted advantage.
 """
@@ -68,7 +70,19 @@ class PosteriorConfig:
         },
     )
 
+    explore_untried: bool = field(
+        default=True,
+        metadata={
+            "help": "Where memory holds close states, value the actions no stored step took there at "
+            "`optimism` (against the same baseline), so demoting a known loser hands the step to an "
+            "untried action rather than to the model's next favourite that memory also saw lose."
+        },
+    )
+    optimism: float = field(default=0.1, metadata={"help": "q of an untried action when `explore_untried` is on."})
+
     def __post_init__(self) -> None:
+        if not -1 <= self.optimism <= 1:
+            raise ValueError(f"posterior optimism must be in [-1, 1], got {self.optimism}")
         if self.beta < 0:
             raise ValueError(f"posterior beta must be >= 0, got {self.beta}")
         if self.alpha <= 0:
@@ -155,6 +169,7 @@ class PosteriorDecision:
             "beta": self.config.beta,
             "alpha": self.config.alpha,
             "support_scale": self.config.support_scale,
+            "explore_untried": self.config.explore_untried,
             "avoided": list(self.avoided),
             "actions": {
                 a: {

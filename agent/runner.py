@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from crl.agent.advisor import MemoryAdvisor
+from crl.agent.candidates import DEFAULT_CAP, CandidateSet, ListsValidActions, build_candidates
 from crl.agent.llm.base import ChatModel, Completion, Message
+from crl.agent.parsing import parse_reply
 from crl.agent.posterior import PosteriorPolicy, decide
 from crl.agent.random_actor import RandomActor
 from crl.agent.session import EpisodeSession, LoopConfig
@@ -76,6 +78,10 @@ class Runner:
         advisor: memory in the loop (retrieval, prompt items, policy, credit); None for none.
         posterior: act by scoring the listed actions and choosing from the posterior over the
             model's probabilities and memory's advantages (`agent.posterior`); None generates.
+            Where the observation lists no actions but the environment lists its valid ones
+            (`ListsValidActions`, ScienceWorld), the model's free reply is generated first and
+            the scored actions are a candidate set built from it and memory (`agent.candidates`).
+        candidate_cap: the most candidates in such a set (`agent.posterior.candidates`).
     """
 
     def __init__(
@@ -91,6 +97,7 @@ class Runner:
         on_episode_end: Callable[[Episode], None] | None = None,
         advisor: MemoryAdvisor | RandomActor | None = None,
         posterior: PosteriorPolicy | None = None,
+        candidate_cap: int = DEFAULT_CAP,
     ):
         self.model = model
         self.make_env = make_env
@@ -103,6 +110,7 @@ class Runner:
         self.on_episode_end = on_episode_end
         self.advisor = advisor
         self.posterior = posterior
+        self.candidate_cap = candidate_cap
 
     def count_text_tokens(self, text: str) -> int:
         """Tokens of `text` as the model counts them (without chat overhead)."""
@@ -149,7 +157,8 @@ class Runner:
                 live = [(i, s) for i, s in enumerate(active) if s is not None]
                 if not live:
                     break
-                packs = self._retrieve([s for _, s in live], stats)
+                valid = [self._valid_now(s) for _, s in live]
+                packs = self._retrieve([s for _, s in live], stats, valid)
                 listed = [self._actions(s) for _, s in live]
                 asks = [self.advisor is None or self.advisor.wants_model(actions) for actions in listed]
                 scored = [ask and self.scores(actions) for ask, actions in zip(asks, listed)]
@@ -157,17 +166,27 @@ class Runner:
                     s.messages(self.advisor.prompt_items(pack) if self.advisor else ()) if ask else None
                     for (_, s), pack, ask in zip(live, packs, asks)
                 ]
+                generating = [ask and not sc for ask, sc in zip(asks, scored)]
+                replies = iter(self._generate([p for p, g in zip(prompts, generating) if g], stats))
+                generated = [next(replies) if g else None for g in generating]
+                candidates = [
+                    self._candidate_set(s, pack, v, reply) if v is not None and reply is not None else None
+                    for (_, s), pack, v, reply in zip(live, packs, valid, generated)
+                ]
+                listed = [c.actions if c is not None else a for c, a in zip(candidates, listed)]
+                scored = [sc or c is not None for sc, c in zip(scored, candidates)]
                 to_score = [(p, a) for p, a, sc in zip(prompts, listed, scored) if sc]
                 dists = iter(self._score([p for p, _ in to_score], [a for _, a in to_score], stats))
-                replies = iter(
-                    self._generate([p for p, ask, sc in zip(prompts, asks, scored) if ask and not sc], stats)
-                )
-                for (slot, session), pack, ask, sc, admissible in zip(live, packs, asks, scored, listed):
+                for (slot, session), pack, sc, admissible, reply, cands in zip(
+                    live, packs, scored, listed, generated, candidates
+                ):
                     choose = memory = None
                     if sc:
-                        completion, choose = self._posterior_step(session, pack, admissible, next(dists))
+                        completion, choose = self._posterior_step(
+                            session, pack, admissible, next(dists), reply if cands else None, cands
+                        )
                     else:
-                        completion = next(replies) if ask else None
+                        completion = reply
                     if self.advisor is not None:
                         if choose is None:
                             choose = self.advisor.chooser(pack, admissible, session.tried_here())
@@ -197,8 +216,35 @@ class Runner:
         hidden = getattr(session.env, "valid_actions", None)
         return hidden() if callable(hidden) else None
 
-    def _retrieve(self, sessions: list[EpisodeSession], stats: RunnerStats) -> list:
-        """One batched retrieval for every running episode (None each without memory)."""
+    def _valid_now(self, session: EpisodeSession) -> list[str] | None:
+        """The environment's valid actions when this step is scored over a candidate set (the
+        posterior policy, a model that scores, no admissible list, an environment that lists
+        its valid actions), else None."""
+        if self.posterior is None or session.observation.admissible_actions:
+            return None
+        if not callable(getattr(self.model, "score_actions", None)) or not isinstance(session.env, ListsValidActions):
+            return None
+        if self.advisor is not None and not self.advisor.wants_model(None):
+            return None
+        return session.env.valid_actions() or None
+
+    def _candidate_set(self, session: EpisodeSession, pack, valid: list[str], reply: Completion) -> CandidateSet:
+        """The actions to score: the free reply's nearest valid actions plus memory's (`agent.candidates`)."""
+        parsed = parse_reply(session.reply_prefix + reply.text)
+        memory: list[str] = []
+        if isinstance(self.advisor, MemoryAdvisor) and pack is not None:
+            config = self.posterior.config
+            values = self.advisor.advantages(pack, valid, session.episode.task, config.same_task)
+            memory = sorted(values, key=lambda a: (-values[a].advantage, -values[a].support, a))
+        return build_candidates(
+            valid, parsed.action or parsed.raw_action, memory, session.tried_here(), self.candidate_cap
+        )
+
+    def _retrieve(
+        self, sessions: list[EpisodeSession], stats: RunnerStats, valid: Sequence[list[str] | None] = ()
+    ) -> list:
+        """One batched retrieval for every running episode (None each without memory); `valid`
+        stands in for a missing admissible list, so memory's nearest steps are fetched there too."""
         if self.advisor is None:
             return [None] * len(sessions)
         t = time.monotonic()
@@ -210,10 +256,10 @@ class Runner:
                     goal=s.observation.goal,
                     observation=s.observation.text,
                     history=s.recent_actions(),
-                    admissible=s.observation.admissible_actions,
+                    admissible=s.observation.admissible_actions or v,
                     seed=s.episode.seed,
                 )
-                for s in sessions
+                for s, v in zip(sessions, list(valid) or [None] * len(sessions))
             ]
         )
         stats.retrieval_seconds += time.monotonic() - t
@@ -238,15 +284,24 @@ class Runner:
         return dists
 
     def _posterior_step(
-        self, session: EpisodeSession, pack, admissible: Sequence[str], dist: ActionDistribution
+        self,
+        session: EpisodeSession,
+        pack,
+        admissible: Sequence[str],
+        dist: ActionDistribution,
+        reply: Completion | None = None,
+        candidates: CandidateSet | None = None,
     ) -> tuple[Completion, Callable]:
         """The model's scored distribution as a reply (its argmax, valid by construction) and the
-        posterior policy that combines it with memory's advantages in this state."""
+        posterior policy that combines it with memory's advantages in this state.
+
+        Over a candidate set, the reply is the free reply the set was built from (its tokens and
+        the scoring's counted together), and the decision's record gains a "candidates" entry."""
         advisor = self.advisor if isinstance(self.advisor, MemoryAdvisor) else None
+        config = self.posterior.config
+        untried = config.optimism if config.explore_untried else None
         advantages = (
-            advisor.advantages(pack, admissible, session.episode.task, self.posterior.config.same_task)
-            if advisor
-            else {}
+            advisor.advantages(pack, admissible, session.episode.task, config.same_task, untried) if advisor else {}
         )
         prefix = "" if session.reply_prefix else "Action:"
         completion = Completion(
@@ -255,6 +310,14 @@ class Runner:
             latency_s=dist.latency_s,
             finish_reason="scored",
         )
+        if reply is not None:
+            completion = Completion(
+                text=reply.text,
+                prompt_tokens=reply.prompt_tokens + dist.prompt_tokens,
+                completion_tokens=reply.completion_tokens,
+                latency_s=reply.latency_s + dist.latency_s,
+                finish_reason="scored",
+            )
         tried = session.tried_here()
         rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}")
 
@@ -262,7 +325,10 @@ class Runner:
             decision = decide(dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried)
             if advisor is not None and decision.chosen in advantages:
                 session.used_memory.extend(advisor.evidence_ids(pack, decision.chosen, session.episode.task))
-            return decision.chosen, decision.decided_by, decision.reason, decision.to_dict()
+            record = decision.to_dict()
+            if candidates is not None:
+                record["candidates"] = candidates.to_dict()
+            return decision.chosen, decision.decided_by, decision.reason, record
 
         return completion, choose
 

@@ -7,7 +7,7 @@ with --full, one whole epoch) and scores each adapter on held-out examples.
     python -m bench.finetune_bench [--examples 300] [--steps 12] [--settings fp32,bf16-autocast,fp32+ckpt] [--heldout 16] [--full]
 
 Expert iteration (--expert-iteration): the embedded model collects train-fold episodes with
-memory on (policy mixed), an SFT round trains on the successes, then a DPO round on top of
+memory on (--policy posterior, the default, or the older mixed), an SFT round trains on the successes, then a DPO round on top of
 the promoted adapter; dev-fold success with and without memory is reported before and after
 each round, with 95% intervals, and each round passes through the real promotion gate
 (judged on the no-memory evaluations, so a round worse than the last is not promoted).
@@ -22,7 +22,9 @@ twice per seed (the second pass sampled, for DPO pairs), evaluate on the compoun
 
 More rounds (--sft-rounds N): each round after the first collects on new train seeds with the
 promoted adapter (memory on) and trains SFT from the base on every success so far; the DPO round
-comes last, on top of whatever is promoted then. Every finished stage is appended to
+comes last, on top of whatever is promoted then. Every evaluation records per-seed outcomes; at the
+end each adapter's three arms (alone, base + memory on the same bank, adapter + memory) are
+compared with paired tests (`bench.complementarity`). Every finished stage is appended to
 <workdir>/expert-iteration.jsonl; rerunning the same command resumes after the last one.
 """
 
@@ -154,22 +156,43 @@ def heldout_loss(adapter_dir: Path, base: Path, rows: list[dict]) -> float:
     return total / count
 
 
-def _eval(settings_home: Path, task: str, episodes: int, adapter: Path | None, memory: bool, models_dir: Path) -> dict:
-    """Dev-fold success of the embedded model plus `adapter`, with or without memory (the gate's evaluation)."""
+def _eval(
+    settings_home: Path,
+    task: str,
+    episodes: int,
+    adapter: Path | None,
+    memory: bool,
+    models_dir: Path,
+    policy: str = "mixed",
+) -> dict:
+    """Dev-fold success of the embedded model plus `adapter`, with or without memory (the gate's
+    evaluation), with per-seed outcomes for paired tests and the per-decision figures."""
+    from crl.agent.app import override_report
     from crl.agent.finetuning import evaluate_adapter
     from crl.tasks.evaluation import wilson_interval
 
-    settings = load_settings({"home": str(settings_home), "agent": {"parallel": 8}, "llm": {"dtype": "bf16"}})
+    settings = load_settings(
+        {"home": str(settings_home), "agent": {"parallel": 8, "policy": policy}, "llm": {"dtype": "bf16"}}
+    )
     result = evaluate_adapter(settings, task, episodes, adapter, memory, base=str(embedded_model_path(models_dir)))
     s = result.summary
     lo, hi = wilson_interval(s.successes, s.finished)
+    steps = [st for e in result.episodes if e.finished for st in e.steps]
+    decided: dict[str, int] = {}
+    for st in steps:
+        decided[st.decided_by] = decided.get(st.decided_by, 0) + 1
+    stats = result.stats
     return {
         "success": s.success_rate,
         "successes": s.successes,
         "ci95": [round(lo, 3), round(hi, 3)],
         "episodes": s.finished,
-        "wall_seconds": round(result.stats.wall_seconds, 1),
-    }
+        "outcomes": {str(e.seed): e.success for e in result.episodes if e.finished},
+        "invalid_rate": round(sum(not st.valid for st in steps) / max(1, len(steps)), 4),
+        "decided_by": decided,
+        "ms_per_decision": round(1000 * (stats.model_seconds + stats.retrieval_seconds) / max(1, stats.steps), 1),
+        "wall_seconds": round(stats.wall_seconds, 1),
+    } | override_report(result.episodes)
 
 
 def _gate(home: Path, config: FinetuneConfig, adapter_id: str, task: str, scores: dict[Path | None, dict]):
@@ -203,9 +226,15 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
 
     home = Path(args.workdir) / ".crl"
     base = embedded_model_path(models_dir)
-    settings = load_settings({"home": str(home), "agent": {"parallel": 8}, "llm": {"dtype": "bf16"}})
+    settings = load_settings(
+        {"home": str(home), "agent": {"parallel": 8, "policy": args.policy}, "llm": {"dtype": "bf16"}}
+    )
+    posterior = settings.agent.posterior.model_copy(update={"mode": "sample"})
     sampling = settings.model_copy(
-        update={"llm": settings.llm.model_copy(update={"temperature": args.collect_temperature})}
+        update={
+            "llm": settings.llm.model_copy(update={"temperature": args.collect_temperature}),
+            "agent": settings.agent.model_copy(update={"posterior": posterior}),
+        }
     )
     collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
     config = FinetuneConfig(epochs=args.epochs, max_length=768, memory_prompts=args.memory_prompts)
@@ -224,18 +253,21 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     def folder_of(adapter_id: str | None) -> Path | None:
         return registry.adapter_dir(adapter_id) if adapter_id else None
 
-    def evaluate(name: str, adapter_id: str | None, memory: bool) -> None:
+    def evaluate(name: str, adapter_id: str | None, memory: bool, policy: str = args.policy) -> None:
         episodes = args.eval_memory if memory else args.eval
         if not episodes:
             return
         folder = folder_of(adapter_id)
         row = log.run(
             f"eval {name} memory={memory}",
-            lambda: _eval(home, args.task, episodes, folder, memory, models_dir),
+            lambda: _eval(home, args.task, episodes, folder, memory, models_dir, policy),
             task=args.task,
             adapter=adapter_id,
             dev_episodes=episodes,
+            policy=policy,
         )
+        if name == "random":
+            return
         if not memory:
             plain[folder] = row
 
@@ -267,7 +299,7 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
                         play,
                         adapter=adapter_id,
                         memory=True,
-                        policy="mixed",
+                        policy=args.policy,
                         fold="train",
                         seeds=[seed_start, seed_start + args.collect],
                         decoding=decoding,
@@ -324,12 +356,13 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
 
         return adapter_id if log.run(f"gate {name}", gate, candidate=adapter_id)["promoted"] else None
 
+    if args.eval_random:
+        evaluate("random", None, memory=False, policy="random")
     evaluate("base", None, memory=False)
     promoted = None
     for round_no in range(1, args.sft_rounds + 1):
         collect(round_no, promoted)
-        if round_no == 1:
-            evaluate("base", None, memory=True)
+        evaluate("base" if round_no == 1 else f"base round {round_no}", None, memory=True)
         promoted = train("sft", f"sft {round_no}", parent=None) or promoted
     if args.dpo_steps and promoted:
         train("dpo", "dpo", parent=promoted)
@@ -371,6 +404,14 @@ def main() -> None:
     ap.add_argument(
         "--eval-memory", type=int, help="dev-fold episodes per evaluation with memory (default: --eval; 0: skip)"
     )
+    ap.add_argument(
+        "--policy",
+        default="posterior",
+        choices=["posterior", "mixed"],
+        help="how collection and the memory evaluations act (posterior: scored actions; the no-memory "
+        "evaluations then score too; mixed: the older thresholds, the model generating)",
+    )
+    ap.add_argument("--eval-random", action="store_true", help="also evaluate random admissible actions")
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument(
         "--sft-rounds",
@@ -400,8 +441,14 @@ def main() -> None:
         if args.eval < 1:
             raise SystemExit("--expert-iteration needs --eval >= 1: the gate judges rounds on those evaluations")
         rows = expert_iteration(args, models_dir)
+        from bench.complementarity import compare, eval_rows
+
+        comparisons = compare(eval_rows(Path(args.workdir) / "expert-iteration.jsonl"))
         if args.json:
-            print(json.dumps(rows, indent=2))
+            print(json.dumps({"stages": rows, "complementarity": comparisons}, indent=2))
+        else:
+            for c in comparisons:
+                print(json.dumps({"complementarity": c}), flush=True)
         return
     base = embedded_model_path(models_dir)
     config = FinetuneConfig(

@@ -72,6 +72,8 @@ class LoggedPosterior:
         actions = []
         for name, entry in data.get("actions", {}).items():
             memory = entry.get("memory") or {}
+            if memory.get("n", 1) == 0:
+                memory = {}  # an untried action's optimistic prior (explore_untried) is no evidence
             actions.append(
                 LoggedAction(
                     action=name,

@@ -261,7 +261,7 @@ class SciWorldEnv:
     def valid_actions(self) -> list[str]:
         """Every action the engine accepts now (hundreds to thousands; kept out of the prompt,
         listed for the random baseline)."""
-        return sorted(set(self._server.getValidActionObjectCombinations()))
+        return sorted(set(self._server.getValidActionObjectCombinations()) - REFUSED)
 
     def gold_actions(self) -> list[str]:
         """The engine's gold action sequence for the current variation, from its start.

@@ -215,3 +215,32 @@ def test_random_baseline_draws_from_the_engines_valid_actions(env, tmp_path):
     result = start_run(settings, "sciworld/find-living-thing", 1, model=model)
     steps = result.episodes[0].steps
     assert model.calls == [] and steps and all(s.decided_by == "random" for s in steps)
+
+
+def test_the_posterior_acts_by_scoring_a_candidate_set_with_no_invalid_action(tmp_path):
+    """The prose that made the model's replies unusable here ("The agent will focus on ...") now
+    yields a candidate set of valid actions that the model scores; nothing irreversible is taken."""
+    from crl.agent.app import start_run
+    from crl.agent.config import load_settings
+    from crl.agent.llm.scripted import ScriptedModel
+
+    model = ScriptedModel(lambda messages: " The agent will focus on the art studio door")
+    settings = load_settings(
+        {
+            "home": str(tmp_path),
+            "agent": {"policy": "posterior", "parallel": 1, "max_steps": 3},
+            "memory": {"enabled": False},
+        }
+    )
+    result = start_run(settings, "sciworld/find-living-thing", 1, model=model)
+    steps = result.episodes[0].steps
+    assert len(steps) == 3 and result.stats.scored_decisions == 3
+    assert all(s.valid and not s.info.get("invalid") for s in steps)
+    assert not any(s.action.startswith("focus on") for s in steps)
+    for s in steps:
+        candidates = s.extra.policy.posterior["candidates"]
+        assert s.action in candidates["sources"] and candidates["valid"] > 50
+        assert candidates["reply"] == "The agent will focus on the art studio door"
+        assert len(candidates["sources"]) <= 12
+    assert "look around" in steps[0].extra.policy.posterior["candidates"]["sources"]
+    assert result.report()["invalid_action_rate"] == 0.0

@@ -196,3 +196,51 @@ def test_experience_of_another_task_does_not_vote():
     assert adv["open chest"].advantage > 0
     unconditioned = memory_advantages(key_moves + chest, ["take key", "open chest"], CFG)
     assert unconditioned["take key"].n == 4
+
+
+# --- untried actions (explore_untried) -------------------------------------------------------
+
+
+def test_untried_actions_get_the_optimistic_q_against_the_baseline_only_when_asked():
+    neighbours = _votes(("examine door", "failure", 1, 1.0), ("examine door", "failure", 1, 1.0))
+    admissible = ["examine door", "take green book", "go west"]
+    assert set(memory_advantages(neighbours, admissible, CFG)) == {"examine door"}
+    adv = memory_advantages(neighbours, admissible, CFG, untried=0.1)
+    baseline, support = state_baseline(neighbours, CFG)
+    assert baseline == pytest.approx(-0.9)
+    for action in ("take green book", "go west"):
+        assert adv[action].n == 0
+        assert adv[action].q == pytest.approx(0.1)
+        assert adv[action].advantage == pytest.approx(1.0)
+        assert adv[action].support == pytest.approx(support)
+    assert adv["examine door"].advantage == pytest.approx(0.0)
+
+
+def test_untried_actions_rank_below_known_winners():
+    neighbours = _votes(("take key", "success", 0, 1.0), ("take key", "success", 0, 1.0))
+    adv = memory_advantages(neighbours, ["take key", "look"], CFG, untried=0.1)
+    assert adv["look"].advantage == pytest.approx(0.1 - 1.0)
+    decision = decide({"take key": 0.3, "look": 0.7}, adv, PosteriorConfig())
+    assert decision.chosen == "take key"
+
+
+def test_no_close_state_means_no_optimism():
+    neighbours = _votes(("take key", "failure", 0, CFG.ec_min_similarity - 0.1))
+    assert memory_advantages(neighbours, ["take key", "look"], CFG, untried=0.1) == {}
+
+
+def test_where_everything_tried_lost_the_untried_action_wins():
+    neighbours = _votes(
+        ("examine door", "failure", 1, 1.0),
+        ("examine door", "failure", 1, 1.0),
+        ("take green book", "failure", 1, 1.0),
+    )
+    probs = {"examine door": 0.6, "take green book": 0.3, "go west": 0.1}
+    admissible = list(probs)
+    plain = decide(probs, memory_advantages(neighbours, admissible, CFG), PosteriorConfig())
+    assert plain.chosen == "examine door"  # everything tried here lost alike: no advantage anywhere
+    optimistic = decide(
+        probs, memory_advantages(neighbours, admissible, CFG, untried=0.1), PosteriorConfig(explore_untried=True)
+    )
+    assert optimistic.chosen == "go west"
+    assert optimistic.to_dict()["explore_untried"] is True

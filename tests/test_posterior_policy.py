@@ -127,3 +127,32 @@ def test_the_steps_behind_a_memory_choice_are_credited_when_the_episode_ends(crl
     with open_bank(mem) as bank:
         used = [r for r in bank.ls(kind="step") if r.use_count and r.episode_id == solved.episodes[0].episode_id]
     assert used and all(r.use_successes == r.use_count for r in used)
+
+
+def test_explore_untried_reaches_the_loop_from_settings(crl_home):
+    """After a failed play, `agent.posterior.explore_untried` (the default) steers a replay of the
+    seed onto actions no stored step took there (evidence n = 0); with it off, memory never does."""
+    plan = solve(fold_seeds("keyroom/key", "train", 1)[0], "key")
+    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0, "inventory": -0.5} | {a: -3.0 for a in plan}))
+    mem = settings_for(crl_home, bank=True, memory="off", max_steps=len(plan) + 2)
+    start_run(mem, "keyroom/key", 1, model=looker)
+
+    def untried_choices(settings) -> list:
+        ep = start_run(settings, "keyroom/key", 1, model=looker, kind="eval").episodes[0]
+        return [
+            st
+            for st in ep.steps
+            if st.decided_by == "memory"
+            and st.extra.policy.posterior["actions"][st.action].get("memory", {}).get("n", -1) == 0
+        ]
+
+    plain = mem.model_copy(
+        update={
+            "agent": mem.agent.model_copy(
+                update={"posterior": mem.agent.posterior.model_copy(update={"explore_untried": False})}
+            )
+        }
+    )
+    assert untried_choices(plain) == []
+    chosen = untried_choices(mem)
+    assert chosen and chosen[0].extra.policy.posterior["explore_untried"] is True

@@ -189,6 +189,20 @@ def test_unconfident_memory_makes_no_pair(memory, expected):
     assert q_pair(d, threshold=0.2, min_support=1.0) == expected
 
 
+def test_an_untried_actions_optimistic_prior_is_not_evidence_for_a_pair():
+    data = logged(
+        {"look": 0.2, "go west": 0.8},
+        chosen="go west",
+        model={"look": 0.7, "go west": 0.3},
+        memory={"look": (-0.8, 2.0), "go west": (0.9, 2.0)},
+    )
+    assert q_pair(LoggedPosterior.from_dict(data), threshold=0.2, min_support=1.0).chosen.action == "go west"
+    data["actions"]["go west"]["memory"]["n"] = 0
+    untried = LoggedPosterior.from_dict(data)
+    assert untried.get("go west").advantage is None
+    assert q_pair(untried, threshold=0.2, min_support=1.0) == "no-confident-better-action"
+
+
 def test_q_pairs_are_dpo_rows_on_the_steps_prompt_counted_and_deduplicated():
     confident = logged(
         {"look": 0.2, "go west": 0.8},

@@ -347,6 +347,7 @@ def memory_advantages(
     admissible: Sequence[str],
     config: RetrievalConfig,
     task: str | None = None,
+    untried: float | None = None,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -355,17 +356,31 @@ def memory_advantages(
             gives them to `action_values`.
         admissible: the actions the task accepts now.
         task: when given, only steps stored while playing this task vote (`same_purpose`).
+        untried: when given and memory holds close states, each admissible action no stored
+            step took here gets q = `untried` (an optimistic prior) against the same baseline,
+            with the state's whole support behind it: where everything tried here failed,
+            what was never tried is worth more than what lost; where stored episodes succeeded,
+            it is worth less than what won.
 
     Returns:
-        Action -> `MemoryAdvantage`, for the actions with at least one vote.
+        Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
+        `untried`, the others, n = 0).
 
     Example: four neighbours, all from episodes that succeeded two steps later, two of which
     took "examine door": its q equals the baseline, so its advantage is 0.
     """
     if task is not None:
         neighbours = same_purpose(neighbours, task)
-    baseline, _ = state_baseline(neighbours, config)
-    return {
+    baseline, state_support = state_baseline(neighbours, config)
+    found = {
         action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint)
         for action, v in action_values(neighbours, admissible, config).items()
     }
+    if untried is None or state_support <= 0:
+        return found
+    unknown = {
+        action: MemoryAdvantage(action, untried, baseline, state_support, 0, f"{action} → never tried here")
+        for action in admissible
+        if action not in found
+    }
+    return found | unknown

@@ -1,0 +1,136 @@
+"""Are the model and the memory complementary? Paired comparisons of the expert-iteration arms.
+
+Reads the evaluation rows of `bench.finetune_bench --expert-iteration` (its stage log), each
+holding per-seed outcomes on the same dev seeds, and for every trained adapter compares
+
+    adapter + memory   against   adapter alone   and   base model + memory (same bank)
+
+with exact McNemar tests (two-sided, and one-sided "adapter + memory is better"), 95% Wilson
+intervals, invalid-action rates and time per decision. The issue's target: adapter + memory
+at least 5 points above the better of the two, with one-sided p < 0.05.
+
+    python -m bench.complementarity WORKDIR/expert-iteration.jsonl [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from crl.tasks.evaluation import mcnemar_p, wilson_interval
+
+TARGET_MARGIN = 0.05
+
+
+def eval_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """The latest row of each evaluation stage that recorded per-seed outcomes, by stage name."""
+    rows: dict[str, dict[str, Any]] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if row["stage"].startswith("eval ") and row.get("outcomes"):
+                rows[row["stage"]] = row
+    return rows
+
+
+def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """McNemar on the seeds both rows played: counts of discordant seeds and p-values."""
+    seeds = sorted(set(a["outcomes"]) & set(b["outcomes"]), key=int)
+    xa = [bool(a["outcomes"][s]) for s in seeds]
+    xb = [bool(b["outcomes"][s]) for s in seeds]
+    return {
+        "seeds": len(seeds),
+        "a_only": sum(x and not y for x, y in zip(xa, xb)),
+        "b_only": sum(y and not x for x, y in zip(xa, xb)),
+        "difference": (sum(xa) - sum(xb)) / len(seeds) if seeds else 0.0,
+        "p_two_sided": mcnemar_p(xa, xb),
+        "p_greater": mcnemar_p(xa, xb, "greater"),
+    }
+
+
+def arm(row: dict[str, Any]) -> dict[str, Any]:
+    """One arm's success with its interval and the per-decision figures."""
+    lo, hi = wilson_interval(row["successes"], row["episodes"])
+    keep = ("invalid_rate", "ms_per_decision", "decided_by", "override_rate", "override_win_rate")
+    return {"stage": row["stage"], "successes": row["successes"], "episodes": row["episodes"], "ci95": [lo, hi]} | {
+        k: row[k] for k in keep if k in row
+    }
+
+
+def compare(rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each adapter evaluated both alone and with memory, the three arms and the paired tests.
+
+    The base-with-memory arm is the one evaluated on the bank the adapter was evaluated on:
+    `eval base round N memory=True` for an adapter of round N (round 1: `eval base memory=True`),
+    the latest one for the DPO adapter.
+    """
+    bases = {1: rows.get("eval base memory=True")}
+    for stage, row in rows.items():
+        parts = stage.split()
+        if parts[:3] == ["eval", "base", "round"]:
+            bases[int(parts[3])] = row
+    out = []
+    for stage, with_memory in rows.items():
+        name = stage.removeprefix("eval ").removesuffix(" memory=True")
+        if not stage.endswith("memory=True") or name.startswith("base") or name == "random":
+            continue
+        alone = rows.get(f"eval {name} memory=False")
+        round_no = int(name.split()[1]) if name.startswith("sft ") else max(k for k, v in bases.items() if v)
+        base_memory = bases.get(round_no)
+        if alone is None or base_memory is None:
+            continue
+        vs_alone = paired(with_memory, alone)
+        vs_base = paired(with_memory, base_memory)
+        best_other = max(alone["successes"] / alone["episodes"], base_memory["successes"] / base_memory["episodes"])
+        margin = with_memory["successes"] / with_memory["episodes"] - best_other
+        out.append(
+            {
+                "adapter": name,
+                "adapter_alone": arm(alone),
+                "base_memory": arm(base_memory),
+                "adapter_memory": arm(with_memory),
+                "vs_adapter_alone": vs_alone,
+                "vs_base_memory": vs_base,
+                "margin_over_best": margin,
+                "complementary": margin >= TARGET_MARGIN
+                and vs_alone["p_greater"] < 0.05
+                and vs_base["p_greater"] < 0.05,
+            }
+        )
+    return out
+
+
+def _pct(a: dict[str, Any]) -> str:
+    lo, hi = a["ci95"]
+    return f"{a['successes']}/{a['episodes']} = {a['successes'] / a['episodes']:.0%} ({lo:.0%}-{hi:.0%})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("log", type=Path, help="the expert-iteration.jsonl of a --workdir")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rows = eval_rows(args.log)
+    result = compare(rows)
+    if args.json:
+        print(json.dumps({"arms": {k: arm(v) for k, v in rows.items()}, "comparisons": result}, indent=2))
+        return
+    for stage, row in rows.items():
+        a = arm(row)
+        extra = ", ".join(f"{k} {a[k]}" for k in ("invalid_rate", "ms_per_decision", "override_rate") if k in a)
+        print(f"{stage:40s} {_pct(a)}  {extra}")
+    for c in result:
+        print(
+            f"\n{c['adapter']}: adapter+memory {_pct(c['adapter_memory'])} vs adapter alone "
+            f"{_pct(c['adapter_alone'])} (p> {c['vs_adapter_alone']['p_greater']:.3g}, two-sided "
+            f"{c['vs_adapter_alone']['p_two_sided']:.3g}) vs base+memory {_pct(c['base_memory'])} "
+            f"(p> {c['vs_base_memory']['p_greater']:.3g}, two-sided {c['vs_base_memory']['p_two_sided']:.3g}); "
+            f"margin over the better {c['margin_over_best']:+.0%}: "
+            + ("complementary" if c["complementary"] else "NOT complementary (target: +5 points, p < 0.05)")
+        )
+
+
+if __name__ == "__main__":
+    main()
