@@ -203,7 +203,8 @@ def _gate(home: Path, config: FinetuneConfig, adapter_id: str, task: str, scores
 
     def evaluator(adapter: Path | None, tasks, episodes):
         result = scores[Path(adapter) if adapter else None]
-        return [TaskScore(task, result["successes"], result["episodes"])]
+        outcomes = {int(seed): won for seed, won in result.get("outcomes", {}).items()}
+        return [TaskScore(task, result["successes"], result["episodes"], outcomes=outcomes)]
 
     return run_gate(
         AdapterRegistry.of(home), adapter_id, evaluator, config.model_copy(update={"gate_tasks": [task]}), actor="bench"

@@ -112,6 +112,7 @@ def build_records(
         novelty=min(1.0, max(0.0, mean_novelty)),
         skills=tags.episode_skills(episode),
         ended_at=episode.ended_at,
+        provenance=episode.provenance,
         text=episode_text(episode),
         value=t.value,
         created_at=episode.started_at,

@@ -191,6 +191,9 @@ class EpisodeRecord(_Record):
     novelty: float = Field(ge=0, le=1, description="Mean novelty of the episode's states.")
     skills: list[str] = Field(default_factory=list, description="Sub-goals reached by the end.")
     ended_at: float | None = None
+    provenance: dict[str, Any] | None = Field(
+        None, description="Synthetic episodes only: how they were made and from which episodes."
+    )
     text: str = Field(description="The text the episode is embedded by: its first state.")
     trajectory: list[TrajectoryStep] = Field(default_factory=list)  # type: ignore[valid-type]
 

@@ -263,6 +263,8 @@ class Episode:
 
     `status` is "running" until the episode ends, then "done" (the environment said so),
     "truncated" (a guard stopped it: max steps, token budget, wall clock) or "error".
+    `provenance` is set on synthetic episodes only (`crl.memory.synthesis`): how they were made
+    and from which episodes.
     """
 
     episode_id: str
@@ -273,6 +275,7 @@ class Episode:
     model: str = ""
     adapter: str | None = None
     source: str = "real"
+    provenance: dict[str, Any] | None = None
     steps: list[Step] = field(default_factory=list)
     status: str = "running"
     success: bool = False
@@ -310,7 +313,7 @@ class Episode:
             "adapter": self.adapter,
             "source": self.source,
             "started_at": self.started_at,
-        }
+        } | ({"provenance": self.provenance} if self.provenance is not None else {})
 
     def outcome(self) -> dict[str, Any]:
         """The fields written when the episode ends."""

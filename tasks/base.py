@@ -83,7 +83,9 @@ class TaskSpec:
     """A named task: `family/variant`, a factory, its folds and a one-line description.
 
     `uses_cache_dir`: the factory takes `cache_dir=` (where generated games are kept); the
-    agent passes `<home>/games`.
+    agent passes `<home>/games`. `subgoal_order`: the order of the sub-goals in
+    `info["subgoals"]` a compound goal needs; `subtasks`: per sub-goal, the task whose whole
+    goal it is (experience synthesis cuts, relabels and stitches by them).
     """
 
     name: str
@@ -92,6 +94,8 @@ class TaskSpec:
     folds: SeedFolds = field(default_factory=SeedFolds)
     max_steps: int = 20
     uses_cache_dir: bool = False
+    subgoal_order: tuple[str, ...] = ()
+    subtasks: dict[str, str] = field(default_factory=dict)
 
     @property
     def family(self) -> str:

@@ -266,12 +266,16 @@ def solve(env_or_seed: KeyroomEnv | int, variant: str | None = None, **knobs: An
     return shortest_plan(env.world, env.state, env.variant)
 
 
+SUBGOAL_ORDER = ("key", "door", "chest")
+
 SPECS: tuple[TaskSpec, ...] = tuple(
     TaskSpec(
         name=f"{FAMILY}/{_variant.name}",
         factory=partial(KeyroomEnv, _variant.name),
         description=_variant.description,
         max_steps=_variant.max_steps,
+        subgoal_order=SUBGOAL_ORDER,
+        subtasks={skill: f"{FAMILY}/{skill}" for skill in SUBGOAL_ORDER if skill != _variant.name},
     )
     for _variant in VARIANTS.values()
 )

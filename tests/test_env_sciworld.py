@@ -198,21 +198,13 @@ def test_engine_crash_raises_engine_error_and_the_next_reset_works():
 
 def test_random_baseline_draws_from_the_engines_valid_actions(env, tmp_path):
     from crl.agent.app import start_run
-    from crl.agent.config import load_settings
     from crl.agent.llm.scripted import ScriptedModel
 
     env.reset(0)
     valid = env.valid_actions()
     assert "look around" in valid and len(valid) > 50
     model = ScriptedModel([])
-    settings = load_settings(
-        {
-            "home": str(tmp_path),
-            "agent": {"policy": "random", "parallel": 1, "max_steps": 3},
-            "memory": {"enabled": False},
-        }
-    )
-    result = start_run(settings, "sciworld/find-living-thing", 1, model=model)
+    result = start_run(_no_memory(tmp_path, "random"), "sciworld/find-living-thing", 1, model=model)
     steps = result.episodes[0].steps
     assert model.calls == [] and steps and all(s.decided_by == "random" for s in steps)
 
@@ -221,18 +213,10 @@ def test_the_posterior_acts_by_scoring_a_candidate_set_with_no_invalid_action(tm
     """The prose that made the model's replies unusable here ("The agent will focus on ...") now
     yields a candidate set of valid actions that the model scores; nothing irreversible is taken."""
     from crl.agent.app import start_run
-    from crl.agent.config import load_settings
     from crl.agent.llm.scripted import ScriptedModel
 
     model = ScriptedModel(lambda messages: " The agent will focus on the art studio door")
-    settings = load_settings(
-        {
-            "home": str(tmp_path),
-            "agent": {"policy": "posterior", "parallel": 1, "max_steps": 3},
-            "memory": {"enabled": False},
-        }
-    )
-    result = start_run(settings, "sciworld/find-living-thing", 1, model=model)
+    result = start_run(_no_memory(tmp_path, "posterior"), "sciworld/find-living-thing", 1, model=model)
     steps = result.episodes[0].steps
     assert len(steps) == 3 and result.stats.scored_decisions == 3
     assert all(s.valid and not s.info.get("invalid") for s in steps)
@@ -244,3 +228,12 @@ def test_the_posterior_acts_by_scoring_a_candidate_set_with_no_invalid_action(tm
         assert len(candidates["sources"]) <= 12
     assert "look around" in steps[0].extra.policy.posterior["candidates"]["sources"]
     assert result.report()["invalid_action_rate"] == 0.0
+
+
+def _no_memory(home, policy: str):
+    """Settings for a three-step run under `policy` with no bank."""
+    from crl.agent.config import load_settings
+
+    return load_settings(
+        {"home": str(home), "agent": {"policy": policy, "parallel": 1, "max_steps": 3}, "memory": {"enabled": False}}
+    )

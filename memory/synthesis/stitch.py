@@ -1,0 +1,286 @@
+"""Stitching: a demonstration of a compound goal joined from stored skill segments, kept only
+when it replays to a success in the real environment.
+
+For each required skill, in the task's declared order, the planner picks the best segment that
+reached it and starts where the previous one ends:
+
+1. `continues`: the segment that followed the previous one in the same real episode;
+2. `same-world`: a segment played on the same world (same family knobs and seed; keyroom's
+   variants share worlds) that starts at its episode's beginning (a sub-task episode), after a
+   *bridge*: the moves played so far, retraced back to the starting room (moves are `go`/`move`
+   plus a direction, or a bare direction); or one from the middle of a same-world episode whose
+   start is at least `threshold` similar to where the previous one ends;
+3. `similar`: a segment from another world whose start observation is at least `threshold`
+   similar to where the previous one ends (`similarity.LEXICAL_THRESHOLD` by default).
+
+Ties go to higher similarity, then fewer actions. The joined actions (bridges included) are
+replayed on the target task and seed; a plan longer than the task's step limit, or one that does
+not replay to a success, is rejected with its reason. A validated stitch becomes a synthetic
+episode of the replayed steps.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from crl.memory.synthesis.provenance import Provenance, synthetic_episode
+from crl.memory.synthesis.replay import EnvFactory, ReplayResult, replay
+from crl.memory.synthesis.report import Rejection, SynthesisReport
+from crl.memory.synthesis.segments import Segment
+from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD, Similarity, lexical_similarity
+from crl.memory.synthesis.task_skills import subgoal_order, world_key
+from crl.memory.trajectory import Episode
+from crl.tasks.registry import get_task, make_env
+
+MOVE_VERBS = ("go", "move")
+OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
+MATCH_RANK = {"continues": 3, "same-world": 2, "similar": 1}
+
+
+@dataclass(frozen=True)
+class StitchPart:
+    """One skill of a stitch: the segment used, the bridge played before it, and how it matched."""
+
+    segment: Segment
+    bridge: tuple[str, ...]
+    match: str
+    similarity: float
+
+    @property
+    def actions(self) -> list[str]:
+        return [*self.bridge, *self.segment.actions]
+
+    def to_dict(self) -> dict:
+        seg = self.segment
+        return {
+            "segment": seg.id,
+            "episode_id": seg.episode_id,
+            "task": seg.task,
+            "seed": seg.seed,
+            "skill": seg.skill,
+            "start": seg.start,
+            "end": seg.end,
+            "bridge": list(self.bridge),
+            "match": self.match,
+            "similarity": round(self.similarity, 4),
+        }
+
+
+@dataclass
+class StitchPlan:
+    """A proposed demonstration of `task` on `seed`: its parts, in order."""
+
+    task: str
+    seed: int
+    parts: list[StitchPart]
+
+    @property
+    def actions(self) -> list[str]:
+        return [a for part in self.parts for a in part.actions]
+
+    @property
+    def parents(self) -> list[str]:
+        return [part.segment.episode_id for part in self.parts]
+
+
+@dataclass
+class StitchResult:
+    """Validated stitched episodes, the stitches turned down, and the counts."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    report: SynthesisReport = field(default_factory=SynthesisReport)
+
+
+def retrace(actions: Iterable[str]) -> list[str]:
+    """The moves that undo the net movement of `actions` (a back-and-forth cancels out).
+
+    Example:
+        >>> retrace(["go north", "take key", "go east", "go west", "go east"])
+        ['go west', 'go south']
+    """
+    path: list[tuple[str, str]] = []
+    for action in actions:
+        move = _move(action)
+        if move is None:
+            continue
+        if path and path[-1][1] == OPPOSITE[move[1]]:
+            path.pop()
+        else:
+            path.append(move)
+    return [f"{verb} {OPPOSITE[direction]}" for verb, direction in reversed(path)]
+
+
+def _move(action: str) -> tuple[str, str] | None:
+    words = action.lower().split()
+    if len(words) == 1 and words[0] in OPPOSITE:
+        return "go", words[0]
+    if len(words) == 2 and words[0] in MOVE_VERBS and words[1] in OPPOSITE:
+        return words[0], words[1]
+    return None
+
+
+def plan_stitch(
+    task: str,
+    seed: int,
+    segments: list[Segment],
+    start_observation: str,
+    *,
+    skills: tuple[str, ...] | None = None,
+    similarity: Similarity = lexical_similarity,
+    threshold: float = LEXICAL_THRESHOLD,
+    bridge: bool = True,
+) -> StitchPlan | Rejection:
+    """The best stitch of `task` on `seed` from `segments`, or the reason there is none.
+
+    Args:
+        task: the compound task (knobs included).
+        seed: the seed the stitch is for.
+        segments: the stored segments to choose from (only those that reached their skill count).
+        start_observation: the target's first observation (where the first skill must start).
+        skills: the skills to chain; default the task's declared sub-goal order.
+        similarity: how alike two observation texts are (lexical by default).
+        threshold: the least similarity at which a segment from another world may be used.
+        bridge: retrace moves back to the start before a segment that begins at its episode's start.
+    """
+    skills = skills or subgoal_order(task)
+    if not skills:
+        return Rejection("stitch", task, seed, "no-subtask", f"{task} declares no sub-goal order to stitch")
+    world = world_key(task, seed)
+    parts: list[StitchPart] = []
+    here = start_observation
+    for skill in skills:
+        candidates = [s for s in segments if s.skill == skill and s.reached and s.actions]
+        if not candidates:
+            return Rejection("stitch", task, seed, "no-segment", f"no stored segment reached {skill!r}", _ids(parts))
+        previous = parts[-1].segment if parts else None
+        played = [a for p in parts for a in p.actions]
+        ranked = []
+        for seg in candidates:
+            part = _match(seg, previous, played, here, world, similarity, threshold, bridge)
+            if part is not None:
+                ranked.append(part)
+        if not ranked:
+            best = max(similarity(here, s.start_observation) for s in candidates)
+            detail = f"no segment for {skill!r} starts where the stitch is (best similarity {best:.2f} < {threshold})"
+            return Rejection("stitch", task, seed, "no-match", detail, _ids(parts))
+        part = max(ranked, key=lambda p: (MATCH_RANK[p.match], p.similarity, -len(p.actions), p.segment.id))
+        parts.append(part)
+        here = part.segment.end_text
+    plan = StitchPlan(task, seed, parts)
+    limit = get_task(task).max_steps
+    if len(plan.actions) > limit:
+        detail = f"{len(plan.actions)} actions, over {task}'s step limit of {limit}"
+        return Rejection("stitch", task, seed, "over-step-limit", detail, plan.parents)
+    return plan
+
+
+def _ids(parts: list[StitchPart]) -> list[str]:
+    return [p.segment.episode_id for p in parts]
+
+
+def _match(
+    seg: Segment,
+    previous: Segment | None,
+    played: list[str],
+    here: str,
+    world: tuple[str, str, int],
+    similarity: Similarity,
+    threshold: float,
+    bridge: bool,
+) -> StitchPart | None:
+    score = similarity(here, seg.start_observation)
+    if previous is not None and seg.episode_id == previous.episode_id and seg.start == previous.end:
+        return StitchPart(seg, (), "continues", score)
+    same_world = world_key(seg.task, seg.seed) == world
+    if same_world and seg.from_episode_start:
+        back = tuple(retrace(played)) if bridge and played else ()
+        return StitchPart(seg, back, "same-world", score)
+    if score >= threshold:
+        return StitchPart(seg, (), "same-world" if same_world else "similar", score)
+    return None
+
+
+def validate_stitch(plan: StitchPlan, env_factory: EnvFactory = make_env) -> tuple[ReplayResult, list[bool]]:
+    """Replay `plan` on its task and seed; also say, per part, whether its skill was reached by the
+    end of its actions (or by the last step replayed, when the replay stopped earlier)."""
+    result = replay(plan.task, plan.seed, plan.actions, env_factory=env_factory)
+    reached, end = [], 0
+    for part in plan.parts:
+        end += len(part.actions)
+        upto = result.steps[:end]
+        info = upto[-1].info.get("subgoals") or {} if upto else {}
+        reached.append(all(info.get(s, False) for s in part.segment.skill.split("+")))
+    return result, reached
+
+
+def stitch(
+    task: str,
+    seeds: Iterable[int],
+    segments: list[Segment],
+    *,
+    skills: tuple[str, ...] | None = None,
+    similarity: Similarity = lexical_similarity,
+    threshold: float = LEXICAL_THRESHOLD,
+    bridge: bool = True,
+    env_factory: EnvFactory = make_env,
+) -> StitchResult:
+    """Plan, replay and keep stitched demonstrations of `task`, one try per seed.
+
+    A plan that only re-plays one real episode of `task` end to end is skipped (it would copy a
+    real success) and counted as rejected with reason "copies-real".
+
+    Args:
+        task: the compound task (knobs included).
+        seeds: the seeds to build demonstrations for.
+        segments: the stored segments to build from.
+        skills, similarity, threshold, bridge: as for `plan_stitch`.
+        env_factory: builds environments by task name.
+    """
+    result = StitchResult()
+    result.report.segments = len(segments)
+    result.report.segments_by_skill = dict(Counter(s.skill for s in segments if s.reached))
+    for seed in seeds:
+        result.report.stitches_tried += 1
+        env = env_factory(task)
+        try:
+            start = env.reset(seed).text
+        finally:
+            env.close()
+        plan = plan_stitch(
+            task, seed, segments, start, skills=skills, similarity=similarity, threshold=threshold, bridge=bridge
+        )
+        if isinstance(plan, StitchPlan) and _copies_real(plan):
+            detail = f"the plan replays real episode {plan.parents[0]} unchanged"
+            plan = Rejection("stitch", task, seed, "copies-real", detail, plan.parents)
+        if isinstance(plan, Rejection):
+            _reject(result, plan)
+            continue
+        replayed, reached = validate_stitch(plan, env_factory)
+        result.report.replay_env_steps += replayed.env_steps
+        if not replayed.success:
+            _reject(result, Rejection("stitch", task, seed, replayed.code, replayed.reason, plan.parents))
+            continue
+        parts = [p.to_dict() | {"reached_in_replay": r} for p, r in zip(plan.parts, reached, strict=True)]
+        provenance = Provenance(kind="stitch", parents=plan.parents, parts=parts, validation=replayed.summary())
+        result.episodes.append(synthetic_episode(task, seed, replayed, provenance))
+        result.report.stitches_validated += 1
+    return result
+
+
+def _copies_real(plan: StitchPlan) -> bool:
+    first = plan.parts[0].segment
+    return (
+        first.source == "real"
+        and world_key(first.task, first.seed) == world_key(plan.task, plan.seed)
+        and first.task.split("?", 1)[0] == plan.task.split("?", 1)[0]
+        and all(p.match == "continues" for p in plan.parts[1:])
+        and first.start == 0
+    )
+
+
+def _reject(result: StitchResult, rejection: Rejection) -> None:
+    result.rejected.append(rejection)
+    result.report.reject(rejection)
