@@ -141,7 +141,7 @@ class AgentSettings(BaseModel):
         "steps (what was done in similar states, with action values), full (all, plus rules).",
     )
     policy: Literal["llm", "memory", "mixed", "posterior", "random"] = Field(
-        "mixed",
+        "posterior",
         description="Who picks the action: llm; memory (episodic control, no model call when actions are "
         "listed); mixed (the model, unless memory holds a confident, clearly better value); posterior (the "
         "model scores every listed action and memory's advantages reweight them: agent.posterior); random "

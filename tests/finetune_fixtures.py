@@ -37,7 +37,9 @@ class WordCounter:
 
 
 def settings_for(home: Path, **agent):
+    """Settings for generating runs (the llm policy): the fixtures log the replies they script."""
     agent.setdefault("reply_format", "action")
+    agent.setdefault("policy", "llm")
     return load_settings({"home": str(home), "agent": agent, "memory": {"enabled": False}})
 
 

@@ -16,7 +16,9 @@ from crl.tasks.registry import fold_seeds
 
 
 def settings_for(home, **agent):
+    """Settings for the generating loop these tests exercise (the llm policy, ReAct replies)."""
     agent.setdefault("reply_format", "react")
+    agent.setdefault("policy", "llm")
     return load_settings({"home": str(home), "agent": agent, "memory": {"enabled": False}})
 
 
@@ -206,8 +208,11 @@ def test_backend_without_prefill_gets_no_primed_message(crl_home):
 def test_reply_format_auto_uses_action_only_for_the_embedded_model(crl_home):
     from crl.agent.app import uses_react
 
-    assert uses_react(load_settings({"home": str(crl_home)})) is False
-    assert uses_react(load_settings({"home": str(crl_home), "llm": {"model": "some/other-model"}})) is True
+    generating = {"policy": "llm"}
+    assert uses_react(load_settings({"home": str(crl_home), "agent": generating})) is False
+    other = {"home": str(crl_home), "agent": generating, "llm": {"model": "some/other-model"}}
+    assert uses_react(load_settings(other)) is True
+    assert uses_react(load_settings(other | {"agent": {"policy": "posterior"}})) is False  # scored after `Action:`
 
 
 def test_run_stores_experience_and_eval_keeps_out_of_memory(crl_home):
