@@ -12,10 +12,17 @@ from crl.agent.runs import RunStore
 
 
 @pytest.mark.slow
-def test_embedded_model_plays_short_episodes(crl_home, embedded_models_dir):
+@pytest.mark.parametrize("policy", ["posterior", "llm"])
+def test_embedded_model_plays_short_episodes(crl_home, embedded_models_dir, policy):
+    """The default (posterior) scores the listed actions: every step valid, nothing generated;
+    the llm policy generates its replies."""
     model = LocalChatModel(embedded_model_path(embedded_models_dir))
     settings = load_settings(
-        {"home": str(crl_home), "agent": {"parallel": 2, "max_steps": 3}, "memory": {"enabled": False}}
+        {
+            "home": str(crl_home),
+            "agent": {"parallel": 2, "max_steps": 3, "policy": policy},
+            "memory": {"enabled": False},
+        }
     )
     try:
         result = start_run(settings, "keyroom/key", 2, model=model)
@@ -26,8 +33,11 @@ def test_embedded_model_plays_short_episodes(crl_home, embedded_models_dir):
         assert episode.model == "smollm2-135m-instruct"
         assert 1 <= len(episode.steps) <= 3
         for step in episode.steps:
-            assert step.raw_output.startswith("Action:")
-            assert step.completion_tokens > 0 and step.prompt_tokens > 50
+            assert step.raw_output.startswith("Action:") and step.prompt_tokens > 50
+            if policy == "posterior":
+                assert step.valid and step.completion_tokens == 0 and step.extra.policy.posterior
+            else:
+                assert step.completion_tokens > 0
             assert step.extra.prompt.tokens <= settings.agent.max_prompt_tokens
             if step.valid:
                 assert step.action in step.admissible_actions
