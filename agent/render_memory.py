@@ -22,7 +22,6 @@ from crl.memory.records import AnyRecord, EpisodeRecord, RuleRecord, StepRecord
 from crl.memory.results import HistoryItem, MemoryStats
 from crl.memory.storage.journal import JournalEntry
 from crl.memory.storage.store import Hit
-from crl.memory.trajectory import Episode, Step
 
 OUTCOME_STYLE = {"success": "green", "failure": "red", "unfinished": "yellow"}
 TIER_STYLE = {"golden": "bold yellow", "regular": "", "quarantine": "magenta"}
@@ -227,27 +226,6 @@ def _common_rows(r: AnyRecord) -> list[tuple[str, Any]]:
     ]
 
 
-def as_episode(record: EpisodeRecord) -> Episode:
-    """The trajectory of an episode record as a `memory.trajectory.Episode` (for `render_episode`)."""
-    return Episode(
-        episode_id=record.episode_id,
-        run_id=record.run_id,
-        task=record.task,
-        seed=record.seed,
-        goal=record.goal,
-        model=record.model,
-        adapter=record.adapter,
-        source=record.source,
-        steps=[Step.from_dict(s.model_dump()) for s in record.trajectory],
-        status=record.status,
-        success=record.success,
-        total_return=record.total_return,
-        end_reason=record.end_reason,
-        started_at=record.created_at,
-        ended_at=record.ended_at,
-    )
-
-
 def render_record(console: Console, record: AnyRecord) -> None:
     """Print one record in full: an episode's metadata then its whole trajectory; a step's
     state and action; a rule's text and provenance."""
@@ -265,7 +243,7 @@ def render_record(console: Console, record: AnyRecord) -> None:
             ("run", record.run_id),
         ] + _common_rows(record)
         console.print(_metadata_table(rows))
-        render_episode(console, as_episode(record))
+        render_episode(console, record.to_episode())
         return
     if isinstance(record, StepRecord):
         rows = [

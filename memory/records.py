@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from crl.memory.trajectory import Step
+from crl.memory.trajectory import Episode, Step
 
 SCHEMA_VERSION = 1
 
@@ -202,6 +202,28 @@ class EpisodeRecord(_Record):
         if self.id != episode_record_id(self.family, self.episode_id):
             raise ValueError(f"id {self.id!r} does not match family and episode_id")
         return self
+
+    def to_episode(self) -> Episode:
+        """The stored episode as a `memory.trajectory.Episode`, its trajectory included."""
+        return Episode(
+            episode_id=self.episode_id,
+            run_id=self.run_id,
+            task=self.task,
+            seed=self.seed,
+            goal=self.goal,
+            model=self.model,
+            adapter=self.adapter,
+            source=self.source,
+            provenance=self.provenance,
+            steps=[Step.from_dict(s.model_dump()) for s in self.trajectory],
+            status=self.status,
+            success=self.success,
+            total_return=self.total_return,
+            subgoals=dict.fromkeys(self.skills, True),
+            end_reason=self.end_reason,
+            started_at=self.created_at,
+            ended_at=self.ended_at,
+        )
 
 
 class StepRecord(_Record):

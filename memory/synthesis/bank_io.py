@@ -4,34 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from crl.memory.records import EpisodeRecord
 from crl.memory.results import IngestResult
-from crl.memory.trajectory import Episode, Step
+from crl.memory.trajectory import Episode
 
 if TYPE_CHECKING:
     from crl.memory.bank import ExperienceBank
-
-
-def episode_from_record(record: EpisodeRecord) -> Episode:
-    """The `Episode` a stored episode record holds (its trajectory included)."""
-    return Episode(
-        episode_id=record.episode_id,
-        run_id=record.run_id,
-        task=record.task,
-        seed=record.seed,
-        goal=record.goal,
-        model=record.model,
-        adapter=record.adapter,
-        source=record.source,
-        provenance=record.provenance,
-        steps=[Step.from_dict(s.model_dump()) for s in record.trajectory],
-        status=record.status,
-        success=record.success,
-        total_return=record.total_return,
-        subgoals=dict.fromkeys(record.skills, True),
-        end_reason=record.end_reason,
-        ended_at=record.ended_at,
-    )
 
 
 def episodes_from_bank(
@@ -47,7 +24,7 @@ def episodes_from_bank(
     """
     records = bank.ls(kind="episode", family=family, source=source, limit=None)
     kept = [r for r in records if r.tier != "quarantine" and r.status != "running"][:limit]
-    return [episode_from_record(bank.get(r.id)) for r in kept]
+    return [bank.get(r.id).to_episode() for r in kept]
 
 
 def store_synthetic(bank: ExperienceBank, episodes: list[Episode], actor: str | None = None) -> list[IngestResult]:
