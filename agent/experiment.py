@@ -38,7 +38,7 @@ from typing import Any
 
 from crl.agent.config import Settings, load_settings
 from crl.agent.llm.base import ChatModel
-from crl.tasks.evaluation import fisher_p, mcnemar_p, wilson_interval
+from crl.tasks.evaluation import discordant, fisher_p, mcnemar_p, wilson_interval
 
 ARMS: dict[str, dict[str, Any]] = {
     "none": {"agent": {"memory": "off", "policy": "llm"}, "memory": {"enabled": False}},
@@ -286,6 +286,7 @@ def compare_arms(results: dict[str, Any], point: int = -1) -> list[dict[str, Any
             sa, na = sum(r["points"][i]["successes"] for r in a), sum(r["points"][i]["episodes"] for r in a)
             sb, nb = sum(r["points"][i]["successes"] for r in b), sum(r["points"][i]["episodes"] for r in b)
             pa, pb = _paired(a, b, i)
+            a_only, b_only = discordant(pa, pb)
             rows.append(
                 {
                     "arm_a": arm_a,
@@ -295,8 +296,8 @@ def compare_arms(results: dict[str, Any], point: int = -1) -> list[dict[str, Any
                     "b": [sb, nb],
                     "fisher_p": fisher_p(sa, na, sb, nb),
                     "pairs": len(pa),
-                    "a_only": sum(1 for u, v in zip(pa, pb) if u and not v),
-                    "b_only": sum(1 for u, v in zip(pa, pb) if v and not u),
+                    "a_only": a_only,
+                    "b_only": b_only,
                     "mcnemar_p": mcnemar_p(pa, pb) if pa else None,
                 }
             )

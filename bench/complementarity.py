@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crl.tasks.evaluation import mcnemar_p, wilson_interval
+from crl.tasks.evaluation import discordant, mcnemar_p, wilson_interval
 
 TARGET_MARGIN = 0.05
 
@@ -40,10 +40,11 @@ def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     seeds = sorted(set(a["outcomes"]) & set(b["outcomes"]), key=int)
     xa = [bool(a["outcomes"][s]) for s in seeds]
     xb = [bool(b["outcomes"][s]) for s in seeds]
+    a_only, b_only = discordant(xa, xb)
     return {
         "seeds": len(seeds),
-        "a_only": sum(x and not y for x, y in zip(xa, xb)),
-        "b_only": sum(y and not x for x, y in zip(xa, xb)),
+        "a_only": a_only,
+        "b_only": b_only,
         "difference": (sum(xa) - sum(xb)) / len(seeds) if seeds else 0.0,
         "p_two_sided": mcnemar_p(xa, xb),
         "p_greater": mcnemar_p(xa, xb, "greater"),

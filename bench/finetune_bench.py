@@ -167,32 +167,26 @@ def _eval(
 ) -> dict:
     """Dev-fold success of the embedded model plus `adapter`, with or without memory (the gate's
     evaluation), with per-seed outcomes for paired tests and the per-decision figures."""
-    from crl.agent.app import override_report
     from crl.agent.finetuning import evaluate_adapter
-    from crl.tasks.evaluation import wilson_interval
 
     settings = load_settings(
         {"home": str(settings_home), "agent": {"parallel": 8, "policy": policy}, "llm": {"dtype": "bf16"}}
     )
     result = evaluate_adapter(settings, task, episodes, adapter, memory, base=str(embedded_model_path(models_dir)))
-    s = result.summary
-    lo, hi = wilson_interval(s.successes, s.finished)
-    steps = [st for e in result.episodes if e.finished for st in e.steps]
-    decided: dict[str, int] = {}
-    for st in steps:
-        decided[st.decided_by] = decided.get(st.decided_by, 0) + 1
+    report = result.report()
     stats = result.stats
+    overrides = ("scored_steps", "memory_overrides", "override_rate", "override_win_rate")
     return {
-        "success": s.success_rate,
-        "successes": s.successes,
-        "ci95": [round(lo, 3), round(hi, 3)],
-        "episodes": s.finished,
+        "success": report["success_rate"],
+        "successes": report["successes"],
+        "ci95": [round(x, 3) for x in report["ci95"]],
+        "episodes": report["episodes"],
         "outcomes": {str(e.seed): e.success for e in result.episodes if e.finished},
-        "invalid_rate": round(sum(not st.valid for st in steps) / max(1, len(steps)), 4),
-        "decided_by": decided,
+        "invalid_rate": round(report["invalid_action_rate"], 4),
+        "decided_by": report["decided_by"],
         "ms_per_decision": round(1000 * (stats.model_seconds + stats.retrieval_seconds) / max(1, stats.steps), 1),
         "wall_seconds": round(stats.wall_seconds, 1),
-    } | override_report(result.episodes)
+    } | {k: report[k] for k in overrides if k in report}
 
 
 def _gate(home: Path, config: FinetuneConfig, adapter_id: str, task: str, scores: dict[Path | None, dict]):

@@ -73,31 +73,7 @@ def percentiles(samples_s: list[float]) -> tuple[float, float]:
 
 def play_keyroom(n: int, seed0: int = 0, max_steps: int = 12) -> list[Episode]:
     """Keyroom episodes played by a policy that follows the solver 70% of the time."""
-    from crl.tasks.keyroom import KeyroomEnv, solve
-
-    rng = random.Random(seed0)
-    episodes = []
-    for i in range(n):
-        variant = rng.choice(["key", "door", "chest", "compound"])
-        env = KeyroomEnv(variant)
-        obs = env.reset(seed0 + i)
-        ep = Episode(
-            episode_id=f"bench-{i:05d}", run_id="bench", task=f"keyroom/{variant}", seed=seed0 + i, goal=obs.goal
-        )
-        for t in range(max_steps):
-            plan = solve(env)
-            action = plan[0] if plan and rng.random() < 0.7 else rng.choice(obs.admissible_actions or ["look"])
-            nxt, reward, done, info = env.step(action)
-            ep.steps.append(Step(index=t, observation=obs.text, action=action, reward=reward, done=done, info=info))
-            obs = nxt
-            if done:
-                break
-        ep.status = "done" if ep.steps[-1].done else "truncated"
-        ep.success = bool(ep.steps[-1].done)
-        ep.total_return = sum(s.reward for s in ep.steps)
-        ep.ended_at = time.time()
-        episodes.append(ep)
-    return episodes
+    return play_keyroom_states(n, seed0, max_steps, episode_id=lambda i, seed: f"bench-{i:05d}")[0]
 
 
 def bench_embedding(embedder: SentenceTransformerEmbedding, texts: list[str], runs: int) -> dict:
@@ -309,8 +285,11 @@ def bench_scale(n: int, n_queries: int, seed: int) -> dict:
     return out
 
 
-def play_keyroom_states(n: int, seed0: int, max_steps: int = 12) -> tuple[list[Episode], list[RetrievalQuery]]:
-    """`play_keyroom` episodes with, for every step, the retrieval query the agent made there."""
+def play_keyroom_states(
+    n: int, seed0: int, max_steps: int = 12, episode_id=lambda i, seed: f"read-{seed:06d}"
+) -> tuple[list[Episode], list[RetrievalQuery]]:
+    """`play_keyroom` episodes with, for every step, the retrieval query the agent made there
+    (`episode_id(i, seed)` names the i-th episode)."""
     from crl.tasks.keyroom import KeyroomEnv, solve
 
     rng = random.Random(seed0)
@@ -320,7 +299,11 @@ def play_keyroom_states(n: int, seed0: int, max_steps: int = 12) -> tuple[list[E
         env = KeyroomEnv(variant)
         obs = env.reset(seed0 + i)
         ep = Episode(
-            episode_id=f"read-{seed0 + i:06d}", run_id="bench", task=f"keyroom/{variant}", seed=seed0 + i, goal=obs.goal
+            episode_id=episode_id(i, seed0 + i),
+            run_id="bench",
+            task=f"keyroom/{variant}",
+            seed=seed0 + i,
+            goal=obs.goal,
         )
         for t in range(max_steps):
             history = [s.action for s in ep.steps]

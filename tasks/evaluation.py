@@ -26,6 +26,21 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def discordant(a: Sequence[bool], b: Sequence[bool]) -> tuple[int, int]:
+    """The discordant pairs of two paired lists of outcomes: (a succeeded and b failed, the reverse).
+
+    Raises:
+        ValueError: the lists differ in length.
+
+    Example:
+        >>> discordant([True, True, False, False], [False, True, True, False])
+        (1, 1)
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired outcomes must have one entry per seed on both sides ({len(a)} vs {len(b)})")
+    return sum(1 for x, y in zip(a, b) if x and not y), sum(1 for x, y in zip(a, b) if y and not x)
+
+
 def mcnemar_p(a: Sequence[bool], b: Sequence[bool], alternative: Alternative = "two-sided") -> float:
     """Exact McNemar test of two paired lists of outcomes: a binomial test on the discordant pairs.
 
@@ -50,10 +65,7 @@ def mcnemar_p(a: Sequence[bool], b: Sequence[bool], alternative: Alternative = "
         >>> round(mcnemar_p([True] * 6 + [False] + [True] * 3, [False] * 6 + [True] + [True] * 3), 4)
         0.125
     """
-    if len(a) != len(b):
-        raise ValueError(f"paired outcomes must have one entry per seed on both sides ({len(a)} vs {len(b)})")
-    a_only = sum(1 for x, y in zip(a, b) if x and not y)
-    b_only = sum(1 for x, y in zip(a, b) if y and not x)
+    a_only, b_only = discordant(a, b)
     if a_only + b_only == 0:
         return 1.0
     from scipy.stats import binomtest
