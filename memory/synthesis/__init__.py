@@ -6,28 +6,26 @@
 - `replay`: play actions in the real environment (every synthetic episode is made of replayed steps).
 - `provenance`: where a synthetic episode came from (kind, parents, validation).
 - `pipeline`: one pass over played episodes: segment, relabel, stitch (`synthesize`).
-- `report`: the counts of a synthesis pass (`SynthesisReport`).
+- `report`: a pass's results and counts (`SynthesisResult`, `SynthesisReport`).
 - `bank_io`: read episodes from the bank, store synthetic ones.
 """
 
-from crl.memory.synthesis.pipeline import SynthesisResult, synthesize
+from crl.memory.synthesis.pipeline import synthesize
 from crl.memory.synthesis.provenance import Provenance, provenance_of
-from crl.memory.synthesis.relabel import RelabelResult, relabel_episode, relabel_episodes
+from crl.memory.synthesis.relabel import relabel_episode, relabel_episodes
 from crl.memory.synthesis.replay import ReplayResult, replay
-from crl.memory.synthesis.report import Rejection, SynthesisReport
+from crl.memory.synthesis.report import Rejection, SynthesisReport, SynthesisResult
 from crl.memory.synthesis.segments import Segment, segment_episode, segment_episodes
 from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD, embedding_similarity, lexical_similarity
-from crl.memory.synthesis.stitch import StitchPlan, StitchResult, plan_stitch, stitch, validate_stitch
+from crl.memory.synthesis.stitch import StitchPlan, plan_stitch, stitch, validate_stitch
 
 __all__ = [
     "LEXICAL_THRESHOLD",
     "Provenance",
     "Rejection",
-    "RelabelResult",
     "ReplayResult",
     "Segment",
     "StitchPlan",
-    "StitchResult",
     "SynthesisReport",
     "SynthesisResult",
     "embedding_similarity",

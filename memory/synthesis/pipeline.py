@@ -4,25 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from crl.memory.synthesis.relabel import relabel_episodes
 from crl.memory.synthesis.replay import EnvFactory
-from crl.memory.synthesis.report import Rejection, SynthesisReport
+from crl.memory.synthesis.report import SynthesisResult
 from crl.memory.synthesis.segments import segment_episodes
 from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD, Similarity, lexical_similarity
 from crl.memory.synthesis.stitch import stitch
 from crl.memory.trajectory import Episode
 from crl.tasks.registry import make_env
-
-
-@dataclass
-class SynthesisResult:
-    """The synthetic episodes of a pass (relabelled, then stitched), what was turned down, the counts."""
-
-    episodes: list[Episode] = field(default_factory=list)
-    rejected: list[Rejection] = field(default_factory=list)
-    report: SynthesisReport = field(default_factory=SynthesisReport)
 
 
 def synthesize(

@@ -12,29 +12,18 @@ rejected with the replay's reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from crl.memory.synthesis.provenance import Provenance, synthetic_episode
 from crl.memory.synthesis.replay import EnvFactory, replay
-from crl.memory.synthesis.report import Rejection, SynthesisReport
+from crl.memory.synthesis.report import Rejection, SynthesisResult
 from crl.memory.synthesis.segments import played_actions, segment_episode
 from crl.memory.synthesis.task_skills import subtask_for
 from crl.memory.trajectory import Episode
 from crl.tasks.registry import make_env, parse_task_name
 
 
-@dataclass
-class RelabelResult:
-    """Relabelled episodes, the relabellings turned down, and the counts."""
-
-    episodes: list[Episode] = field(default_factory=list)
-    rejected: list[Rejection] = field(default_factory=list)
-    report: SynthesisReport = field(default_factory=SynthesisReport)
-
-
 def relabel_episode(
     episode: Episode, *, include_successes: bool = False, env_factory: EnvFactory = make_env
-) -> RelabelResult:
+) -> SynthesisResult:
     """The sub-task successes hidden in `episode`, one per sub-goal it reached that has a sub-task.
 
     Args:
@@ -43,7 +32,7 @@ def relabel_episode(
             successes as well); by default only failures are, as hindsight relabelling intends.
         env_factory: builds environments by task name.
     """
-    result = RelabelResult()
+    result = SynthesisResult()
     result.report.episodes_read = 1
     if episode.source != "real" or (episode.success and not include_successes):
         return result
@@ -62,7 +51,7 @@ def relabel_episode(
 
 
 def _relabel_prefix(
-    result: RelabelResult, episode: Episode, target: str, skill: str, cut: int, env_factory: EnvFactory
+    result: SynthesisResult, episode: Episode, target: str, skill: str, cut: int, env_factory: EnvFactory
 ) -> None:
     actions = list(played_actions(episode.steps[:cut]))
     first = replay(target, episode.seed, actions, stop_on_invalid=False, env_factory=env_factory)
@@ -96,18 +85,13 @@ def _relabel_prefix(
     result.report.relabelled += 1
 
 
-def _reject(result: RelabelResult, episode: Episode, target: str, reason: str, detail: str) -> None:
-    rejection = Rejection("relabel", target, episode.seed, reason, detail, [episode.episode_id])
-    result.rejected.append(rejection)
-    result.report.reject(rejection)
+def _reject(result: SynthesisResult, episode: Episode, target: str, reason: str, detail: str) -> None:
+    result.reject(Rejection("relabel", target, episode.seed, reason, detail, [episode.episode_id]))
 
 
-def relabel_episodes(episodes: list[Episode], **kwargs) -> RelabelResult:
+def relabel_episodes(episodes: list[Episode], **kwargs) -> SynthesisResult:
     """`relabel_episode` over several episodes, results and counts together."""
-    total = RelabelResult()
+    total = SynthesisResult()
     for episode in episodes:
-        one = relabel_episode(episode, **kwargs)
-        total.episodes.extend(one.episodes)
-        total.rejected.extend(one.rejected)
-        total.report = total.report + one.report
+        total.extend(relabel_episode(episode, **kwargs))
     return total

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crl.memory.trajectory import Episode
 
 
 @dataclass
@@ -91,3 +94,23 @@ class SynthesisReport:
             f"{self.stitches_rejected} rejected ({by_reason(self.stitch_rejected)})",
             f"environment steps spent replaying: {self.replay_env_steps}",
         ]
+
+
+@dataclass
+class SynthesisResult:
+    """Synthetic episodes (relabelled, stitched or both), the syntheses turned down, and the counts."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    report: SynthesisReport = field(default_factory=SynthesisReport)
+
+    def reject(self, rejection: Rejection) -> None:
+        """Keep `rejection` and count it."""
+        self.rejected.append(rejection)
+        self.report.reject(rejection)
+
+    def extend(self, other: SynthesisResult) -> None:
+        """Add `other`'s episodes, rejections and counts to these."""
+        self.episodes.extend(other.episodes)
+        self.rejected.extend(other.rejected)
+        self.report = self.report + other.report

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from crl.memory.synthesis.provenance import Provenance, synthetic_episode
 from crl.memory.synthesis.replay import EnvFactory, ReplayResult, replay
-from crl.memory.synthesis.report import Rejection, SynthesisReport
+from crl.memory.synthesis.report import Rejection, SynthesisResult
 from crl.memory.synthesis.segments import Segment
 from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD, Similarity, lexical_similarity
 from crl.memory.synthesis.task_skills import subgoal_order, world_key
-from crl.memory.trajectory import Episode
 from crl.tasks.registry import get_task, make_env
 
 MOVE_VERBS = ("go", "move")
@@ -83,15 +82,6 @@ class StitchPlan:
     @property
     def parents(self) -> list[str]:
         return [part.segment.episode_id for part in self.parts]
-
-
-@dataclass
-class StitchResult:
-    """Validated stitched episodes, the stitches turned down, and the counts."""
-
-    episodes: list[Episode] = field(default_factory=list)
-    rejected: list[Rejection] = field(default_factory=list)
-    report: SynthesisReport = field(default_factory=SynthesisReport)
 
 
 def retrace(actions: Iterable[str]) -> list[str]:
@@ -226,7 +216,7 @@ def stitch(
     threshold: float = LEXICAL_THRESHOLD,
     bridge: bool = True,
     env_factory: EnvFactory = make_env,
-) -> StitchResult:
+) -> SynthesisResult:
     """Plan, replay and keep stitched demonstrations of `task`, one try per seed.
 
     A plan that only re-plays one real episode of `task` end to end is skipped (it would copy a
@@ -239,7 +229,7 @@ def stitch(
         skills, similarity, threshold, bridge: as for `plan_stitch`.
         env_factory: builds environments by task name.
     """
-    result = StitchResult()
+    result = SynthesisResult()
     result.report.segments = len(segments)
     result.report.segments_by_skill = dict(Counter(s.skill for s in segments if s.reached))
     for seed in seeds:
@@ -256,12 +246,12 @@ def stitch(
             detail = f"the plan replays real episode {plan.parents[0]} unchanged"
             plan = Rejection("stitch", task, seed, "copies-real", detail, plan.parents)
         if isinstance(plan, Rejection):
-            _reject(result, plan)
+            result.reject(plan)
             continue
         replayed, reached = validate_stitch(plan, env_factory)
         result.report.replay_env_steps += replayed.env_steps
         if not replayed.success:
-            _reject(result, Rejection("stitch", task, seed, replayed.code, replayed.reason, plan.parents))
+            result.reject(Rejection("stitch", task, seed, replayed.code, replayed.reason, plan.parents))
             continue
         parts = [p.to_dict() | {"reached_in_replay": r} for p, r in zip(plan.parts, reached, strict=True)]
         provenance = Provenance(kind="stitch", parents=plan.parents, parts=parts, validation=replayed.summary())
@@ -279,8 +269,3 @@ def _copies_real(plan: StitchPlan) -> bool:
         and all(p.match == "continues" for p in plan.parts[1:])
         and first.start == 0
     )
-
-
-def _reject(result: StitchResult, rejection: Rejection) -> None:
-    result.rejected.append(rejection)
-    result.report.reject(rejection)
