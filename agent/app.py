@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from crl.agent.advisor import MemoryAdvisor
+from crl.agent.auto_synthesis import make_auto_synthesis
 from crl.agent.config import Settings
 from crl.agent.llm.base import ChatModel, GenerationConfig
 from crl.agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
@@ -305,7 +306,9 @@ def _execute(
         submit = bank.submit if bank is not None and learns and advisor is None else None
         reflector = make_reflector(settings, bank, model) if bank is not None and learns else None
         reflect = reflector.on_episode_end if reflector is not None else None
-        hooks = [h for h in (submit, reflect, on_episode_end) if h is not None]
+        synth = make_auto_synthesis(settings, bank, info.task) if learns else None
+        synthesize = synth.on_episode_end if synth is not None else None
+        hooks = [h for h in (submit, reflect, synthesize, on_episode_end) if h is not None]
         with EpisodeLog(store.log_path(info.run_id)) as log:
             runner = Runner(
                 model=model,
@@ -321,6 +324,9 @@ def _execute(
                 candidate_cap=settings.agent.posterior.candidates,
             )
             stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
+        if synth is not None:
+            synth.finish()
+            info.synthesis = synth.summary()
         info.scoring = scoring_report(model) if stats.scored_decisions else None
     finally:
         if bank is not None:

@@ -24,6 +24,7 @@ from crl.finetune.config import FinetuneConfig
 from crl.memory.config import MemoryConfig
 from crl.memory.reflection.config import ReflectorConfig
 from crl.memory.retrieval.config import RetrievalConfig
+from crl.memory.synthesis.config import SynthesisConfig
 
 ENV_PREFIX = "CRL_"
 NESTED_DELIMITER = "__"
@@ -170,6 +171,7 @@ class Settings(BaseSettings):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     reflect: ReflectorConfig = Field(default_factory=ReflectorConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+    synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
 
     @classmethod
     def settings_customise_sources(

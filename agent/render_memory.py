@@ -226,22 +226,46 @@ def _common_rows(r: AnyRecord) -> list[tuple[str, Any]]:
     ]
 
 
+def _provenance_rows(provenance: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """How a synthetic episode was made: its kind, parents, parts and replay (none for played ones)."""
+    if not provenance:
+        return []
+    parts = [
+        f"{p.get('skill', '?')} from {p.get('episode_id', '?')} (seed {p.get('seed', '?')}, {p.get('match', '?')}"
+        + (f", bridge {len(p['bridge'])} moves" if p.get("bridge") else "")
+        + ")"
+        for p in provenance.get("parts") or []
+    ]
+    check = provenance.get("validation") or {}
+    replayed = ", ".join(f"{k} {check[k]}" for k in ("success", "code", "env_steps") if k in check) or "-"
+    return [
+        ("synthetic", provenance.get("kind", "?")),
+        ("parents", ", ".join(dict.fromkeys(provenance.get("parents") or [])) or "-"),
+        *([("parts", "; ".join(parts))] if parts else []),
+        ("validated by replay", replayed),
+    ]
+
+
 def render_record(console: Console, record: AnyRecord) -> None:
     """Print one record in full: an episode's metadata then its whole trajectory; a step's
     state and action; a rule's text and provenance."""
     if isinstance(record, EpisodeRecord):
-        rows: list[tuple[str, Any]] = [
-            ("id", record.id),
-            ("task", f"{record.task}  seed {record.seed}"),
-            ("outcome", outcome_text(record.outcome)),
-            ("return", f"{record.total_return:g} in {record.length} steps ({record.invalid_steps} invalid)"),
-            ("ended", f"{record.status}: {record.end_reason or '-'}"),
-            ("skills", ", ".join(record.skills) or "-"),
-            ("novelty", f"{record.novelty:.3f}"),
-            ("reward sparsity", f"{record.reward_sparsity:.2f}"),
-            ("model", record.model + (f" + {record.adapter}" if record.adapter else "")),
-            ("run", record.run_id),
-        ] + _common_rows(record)
+        rows: list[tuple[str, Any]] = (
+            [
+                ("id", record.id),
+                ("task", f"{record.task}  seed {record.seed}"),
+                ("outcome", outcome_text(record.outcome)),
+                ("return", f"{record.total_return:g} in {record.length} steps ({record.invalid_steps} invalid)"),
+                ("ended", f"{record.status}: {record.end_reason or '-'}"),
+                ("skills", ", ".join(record.skills) or "-"),
+                ("novelty", f"{record.novelty:.3f}"),
+                ("reward sparsity", f"{record.reward_sparsity:.2f}"),
+                ("model", record.model + (f" + {record.adapter}" if record.adapter else "")),
+                ("run", record.run_id),
+            ]
+            + _provenance_rows(record.provenance)
+            + _common_rows(record)
+        )
         console.print(_metadata_table(rows))
         render_episode(console, record.to_episode())
         return

@@ -28,7 +28,8 @@ class RunInfo:
     `prompt_templates` is the hash of the agent's prompt templates the run used
     (`prompts.render.templates_hash`; None for runs logged before it was recorded), so prompt
     replay can tell when they changed since. `scoring` says how actions were scored when the
-    posterior policy scored them (`"local"` log-likelihoods, or the served method and counts).
+    posterior policy scored them (`"local"` log-likelihoods, or the served method and counts);
+    `synthesis` what automatic synthesis made during the run and the replay steps it cost.
     """
 
     run_id: str
@@ -43,6 +44,7 @@ class RunInfo:
     status: str = "running"
     prompt_templates: str | None = None
     scoring: dict[str, Any] | None = None
+    synthesis: dict[str, Any] | None = None
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from crl.agent.cli import experiment, finetune, info, memory, rules, run, runs
+from crl.agent.cli import experiment, finetune, info, memory, rules, run, runs, synth
 from crl.agent.cli.common import global_options
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.add_typer(rules.reflect_app)
 app.add_typer(experiment.app, name="experiment")
 memory.app.add_typer(rules.app, name="rules")
 app.add_typer(memory.app, name="memory")
+app.add_typer(synth.app, name="synth")
 app.add_typer(finetune.dataset_app, name="dataset")
 app.add_typer(finetune.finetune_app, name="finetune")
 app.add_typer(finetune.adapters_app, name="adapters")

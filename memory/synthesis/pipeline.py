@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from crl.memory.synthesis.relabel import relabel_episodes
 from crl.memory.synthesis.replay import EnvFactory
@@ -19,6 +19,7 @@ def synthesize(
     episodes: list[Episode],
     *,
     relabel: bool = True,
+    relabel_only: Collection[str] | None = None,
     stitch_task: str | None = None,
     stitch_seeds: Iterable[int] = (),
     similarity: Similarity = lexical_similarity,
@@ -33,6 +34,8 @@ def synthesize(
     Args:
         episodes: the played episodes to build from.
         relabel: make sub-task successes of failures that reached sub-goals.
+        relabel_only: relabel only the episodes with these ids (None: all); every episode still
+            gives segments to stitch from.
         stitch_task: the compound task to stitch demonstrations of (None: no stitching).
         stitch_seeds: the seeds to stitch it on.
         similarity, threshold: how segments from other worlds are matched (see `stitch.plan_stitch`).
@@ -45,7 +48,8 @@ def synthesize(
     out.report.segments = len(segments)
     out.report.segments_by_skill = dict(Counter(s.skill for s in segments if s.reached))
     if relabel:
-        relabelled = relabel_episodes(real, env_factory=env_factory)
+        chosen = real if relabel_only is None else [e for e in real if e.episode_id in relabel_only]
+        relabelled = relabel_episodes(chosen, env_factory=env_factory)
         out.episodes += relabelled.episodes
         out.rejected += relabelled.rejected
         out.report.relabelled = relabelled.report.relabelled

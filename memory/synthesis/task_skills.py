@@ -32,6 +32,21 @@ def subgoal_order(task: str) -> tuple[str, ...]:
         return ()
 
 
+def stitchable(task: str) -> bool:
+    """Whether `task` is a compound goal to stitch: it declares a sub-goal order and is not itself
+    the sub-task of one of those sub-goals (`keyroom/key` declares the family's order, but its
+    whole goal is the key).
+
+    Example:
+        >>> stitchable("keyroom/compound"), stitchable("keyroom/key")
+        (True, False)
+    """
+    order = subgoal_order(task)
+    base, _ = parse_task_name(task)
+    declared = get_task(base).subtasks if order else {}
+    return bool(order) and all((declared.get(s) or f"{family_of(base)}/{s}") != base for s in order)
+
+
 def subtask_for(task: str, skill: str) -> str | None:
     """The task whose whole goal is sub-goal `skill` of `task`, with `task`'s knobs; None if none.
 

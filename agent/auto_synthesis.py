@@ -1,0 +1,88 @@
+"""The automatic mode of experience synthesis: a runner hook that synthesizes during a training run.
+
+    hook = make_auto_synthesis(settings, bank, task)   # None unless `synthesis.auto` is on
+    hooks.append(hook.on_episode_end)                  # a pass every `synthesis.every` episodes
+    hook.finish()                                      # a last pass for the episodes left over
+
+Each pass relabels the failures of the run's family not looked at before and, when the run's
+task declares sub-goals, stitches it on the worlds played where it has no success yet. Every
+synthetic episode is validated by replay before it is stored; the environment steps replay
+costs are totalled in `report` (and in the run's `run.json` as `synthesis`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from crl.memory.synthesis.bank_pass import synthesize_bank
+from crl.memory.synthesis.config import SynthesisConfig
+from crl.memory.synthesis.report import SynthesisReport
+from crl.memory.synthesis.task_skills import family_of, stitchable
+from crl.memory.trajectory import Episode
+
+if TYPE_CHECKING:
+    from crl.memory.bank import ExperienceBank
+
+log = logging.getLogger(__name__)
+
+
+class AutoSynthesis:
+    """Synthesize from a run's experience every `config.every` finished episodes."""
+
+    def __init__(self, bank: ExperienceBank, task: str, config: SynthesisConfig) -> None:
+        self.bank = bank
+        self.task = task
+        self.family = family_of(task)
+        self.config = config
+        self.report = SynthesisReport()
+        self.passes = 0
+        self._pending = 0
+        self._looked_at: set[str] = set()
+
+    def on_episode_end(self, episode: Episode) -> None:
+        """Count the finished episode; run a pass when `every` have finished since the last one."""
+        if not episode.finished:
+            return
+        self._pending += 1
+        if self._pending >= self.config.every:
+            self.run_pass()
+
+    def finish(self) -> None:
+        """A last pass over the episodes finished since the previous one."""
+        if self._pending:
+            self.run_pass()
+
+    def run_pass(self) -> None:
+        """One synthesis pass over the bank (a failure is logged, never raised: the run goes on)."""
+        self._pending = 0
+        stitch_task = self.task if self.config.stitch and stitchable(self.task) else None
+        try:
+            self.bank.flush()
+            seen = {r.episode_id for r in self.bank.ls(kind="episode", family=self.family, source="real")}
+            result = synthesize_bank(
+                self.bank,
+                self.family,
+                relabel=self.config.relabel,
+                stitch_task=stitch_task,
+                skip=self._looked_at,
+                threshold=self.config.threshold,
+            )
+        except Exception:  # noqa: BLE001 — synthesis is an extra; the run must not die of it
+            log.exception("automatic synthesis failed; the run goes on without it")
+            return
+        self.passes += 1
+        self._looked_at |= seen
+        self.report = self.report + result.report
+
+    def summary(self) -> dict:
+        """What the run's passes made and what replay cost (for `run.json`)."""
+        return {"passes": self.passes} | self.report.to_dict()
+
+
+def make_auto_synthesis(settings, bank: ExperienceBank | None, task: str) -> AutoSynthesis | None:
+    """The hook for a training run with `synthesis.auto` on and a bank, else None."""
+    config = getattr(settings, "synthesis", None)
+    if bank is None or not isinstance(config, SynthesisConfig) or not config.auto:
+        return None
+    return AutoSynthesis(bank, task, config)

@@ -1,0 +1,103 @@
+"""A synthesis pass over what the bank holds: read a family's episodes, synthesize, store.
+
+This is what `crl synth relabel|stitch` and the automatic mode during runs call. Stitching
+targets the worlds the bank has played and where the compound task has no success yet;
+relabelling skips failures already relabelled (their synthetic children are in the bank).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
+
+from crl.memory.synthesis.bank_io import episodes_from_bank, store_synthetic
+from crl.memory.synthesis.pipeline import synthesize
+from crl.memory.synthesis.provenance import provenance_of
+from crl.memory.synthesis.replay import EnvFactory
+from crl.memory.synthesis.report import SynthesisResult
+from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD
+from crl.memory.synthesis.task_skills import family_of, stitchable, world_key
+from crl.memory.trajectory import Episode
+from crl.tasks.registry import make_env, parse_task_name
+
+if TYPE_CHECKING:
+    from crl.memory.bank import ExperienceBank
+
+
+def same_task(a: str, b: str) -> bool:
+    """Whether two task names are the same task with the same knobs."""
+    return parse_task_name(a) == parse_task_name(b)
+
+
+def stitch_seeds(episodes: Iterable[Episode], task: str) -> list[int]:
+    """The seeds worth stitching `task` on: worlds that stored played episodes come from (with
+    `task`'s knobs) where no episode of `task` itself, played or synthetic, has succeeded."""
+    episodes = list(episodes)
+    solved = {e.seed for e in episodes if e.success and same_task(e.task, task)}
+    played = {e.seed for e in episodes if e.source == "real" and world_key(e.task, e.seed) == world_key(task, e.seed)}
+    return sorted(played - solved)
+
+
+def relabelled_parents(episodes: Iterable[Episode]) -> set[str]:
+    """Ids of the played episodes that stored relabellings were made from."""
+    out: set[str] = set()
+    for e in episodes:
+        prov = provenance_of(e)
+        if prov is not None and prov.kind == "relabel":
+            out.update(prov.parents)
+    return out
+
+
+def synthesize_bank(
+    bank: ExperienceBank,
+    family: str,
+    *,
+    relabel: bool = True,
+    stitch_task: str | None = None,
+    seeds: Collection[int] | None = None,
+    skip: Collection[str] = (),
+    threshold: float = LEXICAL_THRESHOLD,
+    dry_run: bool = False,
+    env_factory: EnvFactory = make_env,
+) -> SynthesisResult:
+    """Synthesize from the bank's episodes of `family` and store what validated.
+
+    Args:
+        bank: the experience bank (read, and written unless `dry_run`).
+        family: the task family whose played episodes are built from.
+        relabel: relabel failures not relabelled before (nor listed in `skip`).
+        stitch_task: a task of `family` with a declared sub-goal order to stitch, or None.
+        seeds: the seeds to stitch on (default: `stitch_seeds`).
+        skip: episode ids not to relabel (already looked at).
+        threshold: the similarity a segment from another world needs (see `stitch.plan_stitch`).
+        dry_run: synthesize and validate by replay, but store nothing.
+        env_factory: builds environments by task name.
+
+    Raises:
+        ValueError: `stitch_task` is not of `family` or declares no sub-goal order.
+    """
+    if stitch_task is not None:
+        if family_of(stitch_task) != family:
+            raise ValueError(f"{stitch_task} is not a task of family {family!r}")
+        if not stitchable(stitch_task):
+            raise ValueError(
+                f"{stitch_task} declares no sub-goal order of its own (it is not a compound task), "
+                "so there is nothing to stitch it from"
+            )
+    everything = episodes_from_bank(bank, family, source=None)
+    played = [e for e in everything if e.source == "real"]
+    done = relabelled_parents(everything) | set(skip)
+    fresh = {e.episode_id for e in played if e.episode_id not in done}
+    targets = sorted(seeds) if seeds is not None else stitch_seeds(everything, stitch_task) if stitch_task else []
+    result = synthesize(
+        played,
+        relabel=relabel,
+        relabel_only=fresh,
+        stitch_task=stitch_task,
+        stitch_seeds=targets,
+        threshold=threshold,
+        env_factory=env_factory,
+    )
+    if not dry_run and result.episodes:
+        store_synthetic(bank, result.episodes, actor="synthesis")
+    return result

@@ -1,0 +1,31 @@
+"""Settings of experience synthesis: the `synthesis` section (`[synthesis]` in `crl.toml`,
+`CRL_SYNTHESIS__AUTO=true`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD
+
+
+class SynthesisConfig(BaseModel):
+    """When and how synthetic experience is made from played experience."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    auto: bool = Field(
+        False,
+        description="Synthesize during training runs: every `every` finished episodes (and at the run's end), "
+        "relabel the new failures of the run's family and stitch demonstrations of the run's task when it "
+        "declares sub-goals; every synthetic episode is validated by replay before it is stored.",
+    )
+    every: int = Field(8, ge=1, description="Finished episodes between two automatic synthesis passes.")
+    relabel: bool = Field(True, description="Make sub-task successes of failures that reached sub-goals.")
+    stitch: bool = Field(True, description="Stitch validated demonstrations of compound tasks from skill segments.")
+    threshold: float = Field(
+        LEXICAL_THRESHOLD,
+        gt=0,
+        le=1,
+        description="Lexical similarity a segment from another world needs between its start and where the "
+        "stitch has got to (segments from the same world need none).",
+    )
