@@ -135,3 +135,16 @@ def test_automatic_synthesis_during_a_run_stores_stitches_and_records_replay_cos
     assert info["synthesis"]["replay_env_steps"] > 0
     kinds = {(r["task"], r["success"]) for r in synthetic()}
     assert kinds == {("keyroom/key", True), ("keyroom/compound", True)}
+
+
+def test_mine_dry_run_stores_nothing_then_mined_rules_are_listed_as_rules(home):
+    dry = as_json("synth", "mine", "--dry-run", "--min-support", 2)
+    assert dry["dry_run"] and dry["kept"] >= 1
+    texts = [c["text"] for c in dry["candidates"] if c["kept"]]
+    assert any("'door' only after" in t or "only after 'open" in t for t in texts), texts
+    assert as_json("memory", "ls", "--kind", "rule") == []
+    stored = as_json("synth", "mine", "--min-support", 2)
+    assert stored["kept"] == dry["kept"]
+    rules = as_json("memory", "ls", "--kind", "rule")
+    assert {r["text"] for r in rules} == set(texts)
+    assert all("mined" in r["tags"] for r in rules)

@@ -196,3 +196,48 @@ def stitch(
                 bank, family_of(task), relabel=False, stitch_task=task, seeds=chosen, threshold=limit, dry_run=dry_run
             )
     emit(pass_json(result, dry_run) if as_json else None, as_json, pass_view(result, dry_run))
+
+
+MINED_COLUMNS = [
+    Col("kind"),
+    Col("support", right=True),
+    Col("counter", right=True),
+    Col("confidence", right=True),
+    Col("kept"),
+    Col("text", wrap=True),
+    Col("note", drop=1),
+]
+
+
+@command(app, "mine")
+def mine(
+    family: str | None = FamilyOpt,
+    min_support: int | None = typer.Option(
+        None, "--min-support", help="Fewest episodes a rule needs (default: reflect.mine.min_support)."
+    ),
+    min_confidence: float | None = typer.Option(
+        None, "--min-confidence", help="Least share of agreeing episodes (default: reflect.mine.min_confidence)."
+    ),
+    dropped: bool = typer.Option(False, "--dropped", help="List the candidates below the thresholds too, with why."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Count and judge the rules, but store nothing."),
+    memory_url: str | None = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Mine precondition, ordering and dead-end rules from the bank's statistics; store them as rules."""
+    from crl.agent.cli.common import effective_settings, overrides
+    from crl.memory.reflection import MiningConfig, mine_rules
+
+    settings = effective_settings(overrides(memory__url=memory_url))
+    given = {"min_support": min_support, "min_confidence": min_confidence}
+    config = MiningConfig.model_validate(
+        settings.reflect.mine.model_dump() | {k: v for k, v in given.items() if v is not None}
+    )
+    with open_bank(memory_url, settings) as bank:
+        family = family_in(bank, family)
+        report = mine_rules(bank, family, config=config, dry_run=dry_run)
+
+    def render() -> None:
+        rows = report.rows(dropped=dropped)
+        out.print(fitted_table(rows, MINED_COLUMNS, out.width, report.summary()) if rows else report.summary())
+
+    emit(report.to_dict() if as_json else None, as_json, render)

@@ -1,4 +1,5 @@
-"""Settings of the reflector (`settings.reflect`): when it runs, which model, how rules are voted.
+"""Settings of the reflector (`settings.reflect`): when it runs, which model, how rules are voted,
+and how rules are mined from statistics (`settings.reflect.mine`).
 
 The vote arithmetic these knobs enter is documented in `memory.rule_editor`; what the
 reflector reads and writes in `memory.reflector`.
@@ -9,6 +10,55 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class MiningConfig(BaseModel):
+    """Rules mined from the bank's statistics (`settings.reflect.mine`): a reflector with no model.
+
+    What is mined and how it is counted is documented in `memory.reflection.mining_stats`;
+    how mined rules are stored and kept up to date in `memory.reflection.mined_rules`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_support: int = Field(3, ge=1, description="Fewest episodes that must show a mined rule for it to be kept.")
+    min_confidence: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Least share of the episodes that bear on a mined rule which must agree with it "
+        "(a precondition: successes of the action that had it done earlier; an ordering: episodes "
+        "that reached the later sub-goal after the earlier one).",
+    )
+    max_p_value: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="A 'never led to success' rule is kept only when that many failures in a row would "
+        "happen by the family's success rate alone with at most this probability.",
+    )
+    max_rules: int = Field(10, ge=0, description="Most mined rules kept per family, best supported first.")
+    max_per_action: int = Field(
+        1, ge=1, description="Most preconditions kept per action (the ones that explain the most failures)."
+    )
+    score: float = Field(
+        2.0,
+        gt=0,
+        description="Score of a newly mined rule (as the reflector's add_score: mined and written rules start equal).",
+    )
+    include_synthetic: bool = Field(
+        False, description="Mine synthetic episodes too (off: only played, environment-verified experience)."
+    )
+    place_pattern: str = Field(
+        r"You are in (?:the |a |an )?(?P<place>[^.\n]+)|-= (?P<room>[^=\n]+?) =-",
+        description="Regular expression finding where an observation is (its first non-empty group); "
+        "no match: 'never led to success' rules name no place.",
+    )
+    max_provenance: int = Field(20, ge=1, description="Episode ids kept on a mined rule as its provenance.")
+    revive_removed: bool = Field(
+        False,
+        description="Store again a mined rule that votes or a person removed (off: a removal stands).",
+    )
 
 
 class ReflectorConfig(BaseModel):
@@ -94,6 +144,10 @@ class ReflectorConfig(BaseModel):
     )
     temperature: float = Field(0.0, ge=0, description="Sampling temperature of the reflecting model (0: greedy).")
     seed: int | None = Field(0, description="Sampling seed of the reflecting model.")
+    mine: MiningConfig = Field(
+        default_factory=MiningConfig,
+        description="Rules mined from the bank's statistics (preconditions, orderings, dead ends), no model needed.",
+    )
 
     @model_validator(mode="after")
     def _check_thresholds(self):
