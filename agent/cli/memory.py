@@ -267,12 +267,35 @@ def import_(
     )
 
 
+def render_drift(results: list[Any]) -> None:
+    """The drift monitor's verdict for each family holding synthetic experience, one line each."""
+    shown = [r for r in results if r.n_synthetic]
+    out.print("[bold]synthetic vs real experience[/] (drift monitor)")
+    if not shown:
+        out.print("  no synthetic experience in the bank", highlight=False)
+    for r in shown:
+        style = "red" if r.drifted else "green" if r.mmd2 is not None else "dim"
+        line = escape(r.describe())
+        if r.drifted:
+            line += " in retrieval and datasets"
+        out.print(f"  [{style}]{line}[/]", highlight=False)
+
+
 @command("stats")
 def stats(memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
-    """Counts by family, tier, outcome and source; value histogram; disk size; mode; embedding model."""
+    """Counts by family, tier, outcome and source; value histogram; disk size; mode; embedding model;
+    drift of synthetic from real experience per family."""
+    from crl.memory.synthesis.drift import drift_report
+
     with open_bank(memory_url) as bank:
         s = bank.stats()
-    emit(asdict(s), as_json, lambda: view().render_stats(out, s))
+        drift = drift_report(bank)
+
+    def render() -> None:
+        view().render_stats(out, s)
+        render_drift(drift)
+
+    emit(asdict(s) | {"drift": [r.to_dict() for r in drift]}, as_json, render)
 
 
 @command("sync")

@@ -21,6 +21,10 @@ of the same task family whose states are nearest (k = `ec_neighbours`):
             lets a long compound task learn its first steps from failed episodes that got
             part of the way, which a reward only at the end cannot teach.
 
+A synthetic stored step (`source = "synthetic"`) votes with `synthetic_weight * w_i`: the
+drift monitor's weight (`memory.synthesis.drift.synthetic_weight`), 1 unless its family's
+synthetic experience has drifted from the real one, so drifted synthesis adds less support.
+
 `ActionValue.support` is the denominator (how much similar experience stands behind the
 value) and `hint` says it in words for the prompt: "take key -> success 4 of 5". Actions
 are listed best first by the value shrunk toward 0 with `ec_prior_weight` pseudo-support,
@@ -102,6 +106,11 @@ def vote_weight(similarity: float, min_similarity: float) -> float:
     return min(1.0, max(0.0, (similarity - min_similarity) / (1.0 - min_similarity)))
 
 
+def source_weight(step: StepRecord, synthetic_weight: float) -> float:
+    """The factor a stored step's vote counts with: `synthetic_weight` for a synthetic step, else 1."""
+    return synthetic_weight if step.source == "synthetic" else 1.0
+
+
 def step_return(step: StepRecord, config: RetrievalConfig) -> float | None:
     """What followed a stored step (module docstring); None when its episode never ended."""
     if step.episode_outcome == "unfinished":
@@ -128,7 +137,10 @@ def _matches(stored: str, by_norm: dict[str, list[str]], by_shape: dict[tuple[st
 
 
 def action_values(
-    neighbours: Sequence[tuple[StepRecord, float]], admissible: Sequence[str], config: RetrievalConfig
+    neighbours: Sequence[tuple[StepRecord, float]],
+    admissible: Sequence[str],
+    config: RetrievalConfig,
+    synthetic_weight: float = 1.0,
 ) -> dict[str, ActionValue]:
     """Values of the admissible actions from stored steps near the current state.
 
@@ -136,6 +148,7 @@ def action_values(
         neighbours: (stored step, cosine similarity to the current state), any order; only
             the `config.ec_neighbours` most similar vote.
         admissible: the actions the task accepts now.
+        synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
 
     Returns:
         The admissible actions that got at least one vote, best first by value shrunk toward
@@ -153,7 +166,7 @@ def action_values(
     acc: dict[str, ActionValue] = {}
     total: dict[str, float] = {}
     for step, sim in nearest:
-        w = vote_weight(sim, config.ec_min_similarity)
+        w = vote_weight(sim, config.ec_min_similarity) * source_weight(step, synthetic_weight)
         r = step_return(step, config)
         if w <= 0 or r is None:
             continue
@@ -325,16 +338,18 @@ def same_purpose(neighbours: Sequence[tuple[StepRecord, float]], task: str) -> l
     return [(step, sim) for step, sim in neighbours if step.task == task]
 
 
-def state_baseline(neighbours: Sequence[tuple[StepRecord, float]], config: RetrievalConfig) -> tuple[float, float]:
+def state_baseline(
+    neighbours: Sequence[tuple[StepRecord, float]], config: RetrievalConfig, synthetic_weight: float = 1.0
+) -> tuple[float, float]:
     """What followed any action from the nearest stored states: (support-weighted mean return, support).
 
     The same `config.ec_neighbours` nearest steps that vote in `action_values`, each weighted
-    by `vote_weight`, whatever its action; (0, 0) when none votes.
+    by `vote_weight` (and `synthetic_weight` if synthetic), whatever its action; (0, 0) when none votes.
     """
     nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
     total = weight = 0.0
     for step, sim in nearest:
-        w = vote_weight(sim, config.ec_min_similarity)
+        w = vote_weight(sim, config.ec_min_similarity) * source_weight(step, synthetic_weight)
         r = step_return(step, config)
         if w > 0 and r is not None:
             total += w * r
@@ -348,6 +363,7 @@ def memory_advantages(
     config: RetrievalConfig,
     task: str | None = None,
     untried: float | None = None,
+    synthetic_weight: float = 1.0,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -361,6 +377,7 @@ def memory_advantages(
             with the state's whole support behind it: where everything tried here failed,
             what was never tried is worth more than what lost; where stored episodes succeeded,
             it is worth less than what won.
+        synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -371,10 +388,10 @@ def memory_advantages(
     """
     if task is not None:
         neighbours = same_purpose(neighbours, task)
-    baseline, state_support = state_baseline(neighbours, config)
+    baseline, state_support = state_baseline(neighbours, config, synthetic_weight)
     found = {
         action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint)
-        for action, v in action_values(neighbours, admissible, config).items()
+        for action, v in action_values(neighbours, admissible, config, synthetic_weight).items()
     }
     if untried is None or state_support <= 0:
         return found

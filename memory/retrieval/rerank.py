@@ -22,6 +22,12 @@ and a rule also gets `w_rule * min(max(score, 0), RULE_SCORE_CAP) / RULE_SCORE_C
 votes the reflector gave it (`memory.rule_editor`), so among rules about as relevant the
 better supported one wins (breakdown key "rule_score").
 
+A synthetic episode or step (`source = "synthetic"`) then counts `synthetic_weight` times:
+its score becomes w * score (a negative score is lowered by the same share), the change
+shown under the breakdown key "synthetic". The weight is the drift monitor's
+(`memory.synthesis.drift.synthetic_weight`): 1 unless its family's synthetic experience
+has drifted from the real one.
+
 Then maximal marginal relevance picks k of them greedily (Carbonell and Goldstein 1998):
 
     next = argmax_i  lambda * score_i - (1 - lambda) * max_{j chosen} cos(e_i, e_j)
@@ -127,8 +133,21 @@ def recency_term(created_at: float, now: float, half_life_days: float) -> float:
     return 0.5 ** (age_days / half_life_days)
 
 
-def score(candidate: Candidate, config: RetrievalConfig, baseline: float, now: float) -> tuple[float, dict[str, float]]:
-    """The rerank score of one candidate and its breakdown (weighted terms)."""
+def synthetic_penalty(record: AnyRecord, score: float, synthetic_weight: float) -> float:
+    """What down-weighting takes off a synthetic episode's or step's score: -(1 - w) * |score|
+    (score 0.8, w 0.25: -0.6); 0 for real records and rules."""
+    if record.source != "synthetic" or synthetic_weight == 1.0 or isinstance(record, RuleRecord):
+        return 0.0
+    return -(1.0 - synthetic_weight) * abs(score)
+
+
+def score(
+    candidate: Candidate, config: RetrievalConfig, baseline: float, now: float, synthetic_weight: float = 1.0
+) -> tuple[float, dict[str, float]]:
+    """The rerank score of one candidate and its breakdown (weighted terms).
+
+    `synthetic_weight` scales the score of a synthetic episode or step (module docstring).
+    """
     r, w = candidate.record, config.weights
     utility = (
         utility_advantage(r.effective_uses, r.effective_wins, baseline, config.utility_prior)
@@ -144,6 +163,9 @@ def score(candidate: Candidate, config: RetrievalConfig, baseline: float, now: f
     }
     if isinstance(r, RuleRecord):
         terms["rule_score"] = w.rule_score * min(max(r.score, 0.0), RULE_SCORE_CAP) / RULE_SCORE_CAP
+    penalty = synthetic_penalty(r, sum(terms.values()), synthetic_weight)
+    if penalty:
+        terms["synthetic"] = penalty
     return float(sum(terms.values())), terms
 
 
@@ -180,12 +202,20 @@ def mmr_select(
 
 
 def rank(
-    candidates: Sequence[Candidate], k: int, config: RetrievalConfig, baseline: float, now: float
+    candidates: Sequence[Candidate],
+    k: int,
+    config: RetrievalConfig,
+    baseline: float,
+    now: float,
+    synthetic_weight: float = 1.0,
 ) -> tuple[list[ScoredMemory], list[ScoredMemory]]:
-    """Score a pool, pick `k` by MMR; returns (chosen in order, the whole pool scored, best first)."""
+    """Score a pool, pick `k` by MMR; returns (chosen in order, the whole pool scored, best first).
+
+    `synthetic_weight` scales the scores of synthetic episodes and steps (module docstring).
+    """
     scored = []
     for c in candidates:
-        s, terms = score(c, config, baseline, now)
+        s, terms = score(c, config, baseline, now, synthetic_weight)
         scored.append((ScoredMemory(c.record.id, c.record.kind, c.record, s, terms), c.embedding))
     scored.sort(key=lambda x: (-x[0].score, x[0].id))
     pool = [m for m, _ in scored]

@@ -14,8 +14,16 @@ are ranked separately so the prompt always shows the contrast. When the task lis
 admissible actions, episodic control (`memory.episodic_control`) values them from the
 `ec_neighbours` nearest stored steps.
 
-Nothing is cached between calls: each call reads the bank as it is now, so an episode
-flushed into the bank at its end is retrievable by every call after that.
+Synthetic episodes and steps (made by `memory.synthesis`) count with their family's
+`synthetic_weight` from the drift monitor (`memory.synthesis.drift`): 1 normally,
+`memory.drift.drifted_synthetic_weight` while the family's synthetic experience has drifted
+from the real one; it multiplies their rerank score and their episodic-control votes, and
+the pack records it (`ContextPack.synthetic_weight`). It is looked up only for a family
+whose candidates include a synthetic record.
+
+Records are not cached between calls: each call reads the bank as it is now, so an episode
+flushed into the bank at its end is retrievable by every call after that. Only the drift
+verdict is cached, until the family's number of searchable steps changes.
 
 What is left out and why: unfinished episodes (a killed run; how they would have ended is
 unknown) are neither failure cases nor hints; invalid actions are not shown as hints (they
@@ -39,6 +47,7 @@ from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, 
 from crl.memory.retrieval.episodic_control import ActionValue, action_values
 from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, rank
 from crl.memory.storage.store import Hit, Located, bucket_of
+from crl.memory.synthesis.drift import synthetic_weight
 
 SLOTS = ("successes", "failures", "hints")
 
@@ -88,6 +97,8 @@ class ContextPack:
         baseline: the family's success rate the utility terms were relative to.
         neighbours: the nearest stored steps with their similarity, the evidence behind
             `action_values` (the posterior policy reads them; not logged).
+        synthetic_weight: the factor synthetic records in this pack counted with (pass it to
+            `memory_advantages` along with `neighbours`); 1 when none was retrieved.
     """
 
     query_text: str
@@ -99,14 +110,16 @@ class ContextPack:
     explored: str | None = None
     baseline: float = 0.5
     neighbours: list[tuple[StepRecord, float]] = field(default_factory=list, repr=False)
+    synthetic_weight: float = 1.0
 
     def used_ids(self) -> list[str]:
         """Ids of the memories put into the prompt: successes, failures, hints and rules."""
         return [m.id for m in self.successes + self.failures + self.hints + self.rules]
 
     def to_dict(self) -> dict[str, Any]:
-        """What was retrieved and why, JSON-ready, to log with the step (`crl explain` reads it)."""
-        return {
+        """What was retrieved and why, JSON-ready, to log with the step (`crl explain` reads it);
+        `synthetic_weight` only when synthetic records were down-weighted."""
+        out = {
             "memories": [
                 dict(m.to_dict(), slot=slot)
                 for slot, items in (
@@ -121,6 +134,9 @@ class ContextPack:
             "explored": self.explored,
             "baseline": round(self.baseline, 4),
         }
+        if self.synthetic_weight != 1.0:
+            out["synthetic_weight"] = self.synthetic_weight
+        return out
 
     def is_empty(self) -> bool:
         """True when memory had nothing for this state."""
@@ -135,6 +151,7 @@ class _FamilyHits:
     neighbours: list[list[Hit]]  # nearest steps, for episodic control
     embeddings: dict[str, np.ndarray]  # stored vectors of candidates, for MMR
     baseline: float  # the family's success rate
+    synthetic_weight: float = 1.0  # the factor on synthetic candidates (the drift monitor's)
 
 
 def slot_sizes(config: RetrievalConfig) -> dict[str, int]:
@@ -270,16 +287,17 @@ class Retriever:
                 chosen: dict[str, list[ScoredMemory]] = {}
                 for slot, k in k_of.items():
                     cands = self._candidates(got, slot, row, relevance_of)
-                    chosen[slot], pools[slot] = rank(cands, k, cfg, got.baseline, now)
+                    chosen[slot], pools[slot] = rank(cands, k, cfg, got.baseline, now, got.synthetic_weight)
                 pack = packs[i]
                 pack.rules = chosen.pop("rules")
                 pack.explored = explore(chosen, pools, self.rng, cfg.epsilon)
                 pack.successes, pack.failures, pack.hints = chosen["successes"], chosen["failures"], chosen["hints"]
                 pack.baseline = got.baseline
+                pack.synthetic_weight = got.synthetic_weight
                 if queries[i].admissible:
                     near = [(h.record, h.similarity) for h in got.neighbours[row] if isinstance(h.record, StepRecord)]
                     pack.neighbours = near
-                    pack.action_values = action_values(near, queries[i].admissible, cfg)
+                    pack.action_values = action_values(near, queries[i].admissible, cfg, got.synthetic_weight)
         self._attach_trajectories([m for p in packs for m in p.successes + p.failures])
         t3 = time.perf_counter()
         self.last_timing = {
@@ -328,7 +346,10 @@ class Retriever:
         diverse = [h for slot in wide for row in by_slot[slot] for h in row]
         embeddings = stored_embeddings(bank, diverse) if cfg.mmr_lambda < 1.0 and diverse else {}
         baseline = family_success_rate(bank, family) if cfg.use_utility else 0.5
-        return _FamilyHits(by_slot, steps, embeddings, baseline)
+        experience = (by_slot["successes"], by_slot["failures"], steps)
+        synthetic = any(h.record.source == "synthetic" for lists in experience for row in lists for h in row)
+        weight = synthetic_weight(bank, family) if synthetic else 1.0
+        return _FamilyHits(by_slot, steps, embeddings, baseline, weight)
 
     def _candidates(self, got: "_FamilyHits", slot: str, row: int, relevance_of) -> list[Candidate]:
         out = []
