@@ -25,13 +25,18 @@ def collect(
     family: str | None = None,
     tasks: Iterable[str] | None = None,
     counter: TokenizerCounter | None = None,
+    synthetic_weight: float | None = None,
 ) -> BuiltDataset:
-    """The rows of an SFT or DPO dataset from the bank (not yet length-checked)."""
+    """The rows of an SFT or DPO dataset from the bank (not yet length-checked).
+
+    `synthetic_weight` overrides `config.synthetic_weight` (e.g. scaled down where synthetic
+    experience drifted from real experience).
+    """
     if kind not in KINDS:
         raise ValueError(f"dataset kind must be sft or dpo, not {kind!r}")
     loaded = load_episodes(bank, config, family=family, tasks=tasks, successes_only=kind == "sft")
     build = build_sft if kind == "sft" else build_dpo
-    return build(loaded, config, counter=counter, embed=bank.embed)
+    return build(loaded, config, counter=counter, embed=bank.embed, synthetic_weight=synthetic_weight)
 
 
 def build_dataset(
@@ -43,8 +48,11 @@ def build_dataset(
     tasks: Iterable[str] | None = None,
     tokenizer=None,
     base_model: str | None = None,
+    synthetic_weight: float | None = None,
 ) -> DatasetCard:
     """Build and write a dataset; with `tokenizer`, every example is checked and measured first.
+
+    `synthetic_weight` overrides `config.synthetic_weight`; the card records the weight applied.
 
     Examples longer than `config.max_length` tokens are dropped (counted as 'too-long') and
     the card's `max_length` is the longest remaining example, rounded up, so the trainer
@@ -55,7 +63,8 @@ def build_dataset(
         finetune.tokens.TokenizationError: an example would train on the wrong context or on nothing.
     """
     counter = TokenizerCounter(tokenizer, base_model or "") if tokenizer is not None else None
-    built = collect(kind, bank, config, family, tasks, counter)
+    weight = config.synthetic_weight if synthetic_weight is None else synthetic_weight
+    built = collect(kind, bank, config, family, tasks, counter, synthetic_weight=weight)
     tokens, max_length = None, None
     if tokenizer is not None and built.rows:
         report = measure_rows(tokenizer, built.rows, config.max_length, name=base_model or "")
@@ -70,6 +79,7 @@ def build_dataset(
         "tasks": sorted(tasks) if tasks else None,
         "min_value": config.min_value,
         "synthetic": config.synthetic,
+        "synthetic_weight": weight,
         "quarantined": "excluded",
         "memory_prompts": config.memory_prompts,
         "completion": config.completion,
@@ -88,6 +98,9 @@ def build_dataset(
     else:
         filters["dpo_levels"] = list(config.dpo_levels)
         filters["dpo_state_similarity"] = config.dpo_state_similarity
+        if "hard_negative" in config.dpo_levels:
+            filters["hard_negative_kinds"] = list(config.hard_negative_kinds)
+            filters["hard_negative_min_losses"] = config.hard_negative_min_losses
         filters |= {
             "dpo_q_pairs": config.dpo_q_pairs,
             "dpo_q_threshold": config.dpo_q_threshold,

@@ -22,9 +22,23 @@ class FinetuneConfig(BaseModel):
     min_value: float = Field(
         0.0, description="Episodes whose value label is below this are left out of SFT data and DPO 'chosen' sides."
     )
-    synthetic: Literal["accepted", "all", "none"] = Field(
+    synthetic: Literal["accepted", "curated", "all", "none"] = Field(
         "accepted",
-        description="Synthetic episodes used: 'accepted' (pinned golden or tagged with `accepted_tag`), 'all' or 'none'.",
+        description="Synthetic episodes used: 'accepted' (pinned golden, tagged with `accepted_tag`, or validated "
+        "by replaying it to a success in the real environment, as the synthesizer validates every stitched and "
+        "relabelled episode it stores), 'curated' (pinned golden or tagged only: a person accepts each), 'all' "
+        "or 'none'.",
+    )
+    synthetic_weight: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Weight of a synthetic example against a real one's 1 (SFT states; DPO pairs whose chosen "
+        "side is synthetic). TRL's SFTTrainer has no per-example loss weight, so it is realised as a share: "
+        "round(w x n) of the n synthetic examples are kept, the ones with the lowest stable hash of their step "
+        "ids (a rebuild keeps the same ones, a larger w a superset); nothing is duplicated, so the dataset never "
+        "grows. 0 leaves synthetic experience out, 1 weighs it as real. Callers may pass a lower weight (the "
+        "drift monitor's down-weighting); see finetune/synthetic_weight.py.",
     )
     accepted_tag: str = Field(
         "accepted", description="The tag that marks a synthetic episode as accepted for training."
@@ -48,13 +62,31 @@ class FinetuneConfig(BaseModel):
         description="SFT examples with the same reply whose state embeddings are at least this similar are kept "
         "once. Unset: only exact duplicates are removed.",
     )
-    dpo_levels: list[Literal["trajectory", "step"]] = Field(
-        default_factory=lambda: ["trajectory", "step"],
+    dpo_levels: list[Literal["trajectory", "step", "hard_negative"]] = Field(
+        default_factory=lambda: ["trajectory", "step", "hard_negative"],
         description="DPO pair sources: 'trajectory' (success vs failure on the same task and seed, at the first "
-        "step they act differently) and 'step' (near-identical states in different episodes).",
+        "step they act differently), 'step' (near-identical states in different episodes) and 'hard_negative' "
+        "(an inadmissible, looping or known-losing reply of a failure against the action a success took from "
+        "the nearest state, on the failure's prompt; see finetune/hard_negatives.py).",
     )
     dpo_state_similarity: float = Field(
-        0.95, gt=0, le=1, description="Cosine similarity of state embeddings needed to pair two steps (step-level DPO)."
+        0.95,
+        gt=0,
+        le=1,
+        description="Cosine similarity of state embeddings needed to pair two steps (step-level DPO and hard "
+        "negatives, where the same game state, same seed and observation, matches without it).",
+    )
+    hard_negative_kinds: list[Literal["inadmissible", "looping", "known-losing"]] = Field(
+        default_factory=lambda: ["inadmissible", "looping", "known-losing"],
+        description="Hard negatives taken from failed episodes: 'inadmissible' (refused by the environment, or "
+        "naming no action), 'looping' (repeated in the same situation, or replaced by the loop breaker), "
+        "'known-losing' (taken near that state only in failed episodes, `hard_negative_min_losses` of them).",
+    )
+    hard_negative_min_losses: int = Field(
+        2,
+        ge=2,
+        description="Known-losing hard negatives: failed episodes (and no successful one) that took the action "
+        "in the same or a near-identical state before it counts as known to lose.",
     )
     sft_targets: Literal["chosen", "soft"] = Field(
         "chosen",

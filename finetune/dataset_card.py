@@ -71,7 +71,8 @@ def _nothing_found(built: BuiltDataset) -> str:
     return (
         f"{built.stats.get('successes', 0)} successes and {built.stats.get('failures', 0)} failures gave no pair: "
         "trajectory pairs need both outcomes on one task and seed, step pairs a failed step in a state "
-        "near one of a success, q pairs a posterior-policy step where memory confidently knew the model's "
+        "near one of a success, hard negatives an inadmissible, looping or known-losing step of a failure "
+        "near a success's state, q pairs a posterior-policy step where memory confidently knew the model's "
         "argmax loses"
     )
 
@@ -200,7 +201,29 @@ def render_card(card: DatasetCard) -> str:
     lines += ["", "## Left out", ""] + ([f"- {k}: {v}" for k, v in card.dropped.items()] or ["- nothing"])
     if card.stats:
         lines += ["", "## How the examples were made", ""] + [f"- {k}: {v}" for k, v in card.stats.items()]
+    lines += _synthesis_lines(card.stats)
     if card.tokens:
         lines += ["", "## Token lengths", ""] + [f"- {k}: {v}" for k, v in card.tokens.items() if k != "too_long"]
     lines += ["", "Load it with `datasets.load_dataset('json', data_files='data.jsonl', split='train')`.", ""]
     return "\n".join(lines)
+
+
+def _synthesis_lines(stats: dict[str, Any]) -> list[str]:
+    """The card's words on hard negatives and on how synthetic experience was weighed."""
+    lines = []
+    negatives = stats.get("hard_negatives") or {}
+    if negatives.get("enabled"):
+        found, pairs = negatives.get("found") or {}, negatives.get("pairs") or {}
+        lines += ["", "## Hard negatives", ""]
+        lines += [f"- {k}: {pairs.get(k, 0)} pairs of {found.get(k, 0)} found" for k in negatives.get("kinds", [])]
+    share = stats.get("synthetic")
+    if share and share.get("synthetic"):
+        lines += [
+            "",
+            "## Synthetic experience",
+            "",
+            f"- weight {share['weight']}: {share['kept']} of {share['synthetic']} synthetic examples kept "
+            f"beside {share['real']} real ones",
+            f"- scheme: {share['scheme']}",
+        ]
+    return lines

@@ -1,6 +1,6 @@
 """DPO preference pairs from successes and failures, in TRL's conversational `prompt/chosen/rejected` form.
 
-Three sources:
+Four sources:
 
 - trajectory level (ETO-style): a success and a failure on the same task and seed. Both
   games start in the same state, so their prompts agree until the agents first act
@@ -10,6 +10,9 @@ Three sources:
   step of a successful episode of the same task; the success's prompt, its action chosen,
   the failure's action rejected, provided the rejected action was valid there and no
   success took it in such a state.
+- hard negatives (level "hard_negative", `finetune.hard_negatives`): an inadmissible, looping
+  or known-losing reply of a failure, on the failure's own prompt, against the action a
+  success took from the nearest state; each row names its `negative_kind`.
 - memory level (`dpo_q_pairs`, level "q"): a step the posterior policy decided where memory
   confidently knew the model's argmax loses (advantage <= -`dpo_q_threshold`, support >=
   `dpo_q_min_support`): that step's prompt, the action memory rated best (positive advantage,
@@ -17,7 +20,8 @@ Three sources:
   "returns" are memory's values q of the two actions, which is what orders them.
 
 Every pair is validated (`pair_problem`): empty sides, identical sides, and chosen returns
-not above rejected ones are dropped with a count per reason.
+not above rejected ones are dropped with a count per reason. Pairs whose chosen side is a
+synthetic episode are kept in the share `synthetic_weight` (`finetune.synthetic_weight`).
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from typing import Any
 import numpy as np
 
 from crl.finetune.config import FinetuneConfig
+from crl.finetune.hard_negatives import HardNegativePair, hard_negative_pairs
 from crl.finetune.posterior_targets import LoggedPosterior, q_pair
 from crl.finetune.prompt_replay import PromptCounter, StepPrompt
-from crl.finetune.sft_data import BuiltDataset, episode_prompts, reply_text, step_state_text
+from crl.finetune.sft_data import BuiltDataset, episode_prompts, rejected_text, reply_text, step_state_text
 from crl.finetune.source import LoadedEpisodes, SourceEpisode, qualifies_for_sft
+from crl.finetune.synthetic_weight import weigh_synthetic
 from crl.memory.trajectory import Step
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -69,13 +75,6 @@ def pair_problem(row: dict[str, Any]) -> str | None:
     return None
 
 
-def rejected_text(step: Step, episode: SourceEpisode) -> str:
-    """What the failing side did: the action it took, or its unusable reply as written."""
-    if step.action:
-        return reply_text(step, episode.shape)
-    return step.raw_output.rstrip()
-
-
 def _row(
     level: str,
     prompt: StepPrompt,
@@ -84,13 +83,16 @@ def _row(
     bad: SourceEpisode,
     bad_step: Step,
     config: FinetuneConfig,
+    rejected: str | None = None,
+    negative_kind: str | None = None,
 ) -> dict[str, Any]:
     return {
         "prompt": prompt.messages,
         "chosen": [{"role": "assistant", "content": reply_text(good_step, good.shape, config.completion)}],
-        "rejected": [{"role": "assistant", "content": rejected_text(bad_step, bad)}],
+        "rejected": [{"role": "assistant", "content": rejected_text(bad_step, bad) if rejected is None else rejected}],
         "task": good.record.task,
         "level": level,
+        "negative_kind": negative_kind,
         "chosen_episode_id": good.id,
         "rejected_episode_id": bad.id,
         "chosen_step_id": good.step_id(good_step.index),
@@ -225,6 +227,7 @@ def q_pairs(
                     "rejected": [{"role": "assistant", "content": f"Action: {pair.rejected.action}"}],
                     "task": ep.record.task,
                     "level": "q",
+                    "negative_kind": None,
                     "chosen_episode_id": ep.id,
                     "rejected_episode_id": ep.id,
                     "chosen_step_id": step_id,
@@ -236,19 +239,46 @@ def q_pairs(
     return rows
 
 
+def hard_negative_rows(
+    pairs: Sequence[HardNegativePair],
+    prompts: dict[str, list[StepPrompt | str]],
+    config: FinetuneConfig,
+    dropped: Counter,
+) -> list[dict[str, Any]]:
+    """Rows of hard-negative pairs, on the rejected step's prompt."""
+    rows = []
+    for pair in pairs:
+        bad, bs = pair.negative.episode, pair.negative.step
+        prompt = prompts[bad.id][bs.index]
+        if isinstance(prompt, str):
+            dropped[f"hard_negative:{prompt}"] += 1
+            continue
+        negative = pair.negative
+        row = _row("hard_negative", prompt, pair.episode, pair.step, bad, bs, config, negative.reply, negative.kind)
+        rows.append(row)
+    return rows
+
+
+def _pair_key(row: dict[str, Any]) -> str:
+    return f"{row['chosen_step_id']}|{row['rejected_step_id']}|{row['rejected'][0]['content']}"
+
+
 def build_dpo(
     loaded: LoadedEpisodes,
     config: FinetuneConfig,
     counter: PromptCounter | None = None,
     embed: Embed | None = None,
+    synthetic_weight: float | None = None,
 ) -> BuiltDataset:
     """DPO rows from usable episodes (successes and failures), validated and de-duplicated.
 
     Args:
         loaded: episodes that passed the general filter (`load_episodes(...)`).
-        config: pair levels, state similarity, Q-pair thresholds, `min_value` for the chosen side.
+        config: pair levels, state similarity, hard-negative kinds, Q-pair thresholds, `min_value`
+            for the chosen side, synthetic weight.
         counter: the run model's token counter (see `build_sft`).
-        embed: unit embeddings of state texts; needed for step-level pairs.
+        embed: unit embeddings of state texts; needed for step-level pairs and hard negatives.
+        synthetic_weight: overrides `config.synthetic_weight` (a caller's down-weighting, e.g. for drift).
     """
     dropped = Counter({f"episode:{k}": v for k, v in loaded.dropped.items()})
     usable = []
@@ -261,12 +291,27 @@ def build_dpo(
     candidates: list[dict[str, Any]] = []
     if "trajectory" in config.dpo_levels:
         candidates += trajectory_pairs(usable, prompts, config, dropped)
+    successes = [ep for ep in usable if ep.record.success]
+    failures = [ep for ep in usable if not ep.record.success]
+    if embed is None and {"step", "hard_negative"} & set(config.dpo_levels):
+        raise ValueError(
+            "step-level and hard-negative DPO pairs need state embeddings; pass embed= (the bank's embedder)"
+        )
     if "step" in config.dpo_levels:
-        if embed is None:
-            raise ValueError("step-level DPO pairs need state embeddings; pass embed= (the bank's embedder)")
-        successes = [ep for ep in usable if ep.record.success]
-        failures = [ep for ep in usable if not ep.record.success]
         candidates += step_pairs(successes, failures, prompts, config, embed, dropped)
+    negatives_found: Counter = Counter()
+    if "hard_negative" in config.dpo_levels:
+        pairs = hard_negative_pairs(
+            successes,
+            failures,
+            config.hard_negative_kinds,
+            config.dpo_state_similarity,
+            config.hard_negative_min_losses,
+            embed,
+            dropped,
+            negatives_found,
+        )
+        candidates += hard_negative_rows(pairs, prompts, config, dropped)
     q_seen: Counter = Counter()
     if config.dpo_q_pairs:
         candidates += q_pairs(usable, prompts, config, dropped, q_seen)
@@ -282,6 +327,13 @@ def build_dpo(
             continue
         seen.add(key)
         rows.append(row)
+    synthetic = {ep.id for ep in usable if ep.record.source == "synthetic"}
+    weight = config.synthetic_weight if synthetic_weight is None else synthetic_weight
+    keys = [_pair_key(r) if r["chosen_episode_id"] in synthetic else None for r in rows]
+    kept, share = weigh_synthetic(keys, weight)
+    if len(kept) < len(rows):
+        dropped["synthetic-weight"] += len(rows) - len(kept)
+    rows = [rows[i] for i in kept]
     episode_ids = {r[k] for r in rows for k in ("chosen_episode_id", "rejected_episode_id")}
     step_ids = {r[k] for r in rows for k in ("chosen_step_id", "rejected_step_id")}
     return BuiltDataset(
@@ -296,6 +348,14 @@ def build_dpo(
             "candidates": len(candidates),
             "by_level": dict(Counter(r["level"] for r in rows)),
             "by_task": dict(Counter(r["task"] for r in rows)),
+            "hard_negatives": {
+                "enabled": "hard_negative" in config.dpo_levels,
+                "kinds": list(config.hard_negative_kinds),
+                "min_losses": config.hard_negative_min_losses,
+                "found": dict(negatives_found),
+                "pairs": dict(Counter(r["negative_kind"] for r in rows if r["level"] == "hard_negative")),
+            },
+            "synthetic": share.to_dict(),
             "q_pairs": {
                 "enabled": config.dpo_q_pairs,
                 "threshold": config.dpo_q_threshold,

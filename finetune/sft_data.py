@@ -22,6 +22,11 @@ With `sft_targets = "soft"` a state teaches the posterior's top actions instead 
 as identical-prompt rows in proportion to its posterior mass (`finetune.posterior_targets`):
 TRL's SFTTrainer has no per-example loss weight, and duplicated rows are what it trains on
 unchanged. Every state then gets `sft_soft_rows` rows, so each state weighs the same.
+
+Synthetic episodes (stitched, relabelled) weigh `synthetic_weight` against real ones
+(`finetune.synthetic_weight`): real episodes go first, so a synthetic state that duplicates a
+real one gives way to it, and of the synthetic states left a share w is kept, before any
+soft-target expansion.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from crl.finetune.config import FinetuneConfig
 from crl.finetune.posterior_targets import LoggedPosterior, soft_targets
 from crl.finetune.prompt_replay import PromptCounter, PromptShape, StepPrompt, replay_prompts
 from crl.finetune.source import LoadedEpisodes, SourceEpisode
+from crl.finetune.synthetic_weight import weigh_synthetic
 from crl.memory.ingest import history_action
 from crl.memory.records import state_text
 from crl.memory.trajectory import Step
@@ -69,6 +75,13 @@ def reply_text(step: Step, shape: PromptShape, mode: str = "action") -> str:
     if shape.react and step.thought:
         return f"Thought: {step.thought}\nAction: {step.action}"
     return f"Action: {step.action}"
+
+
+def rejected_text(step: Step, episode: SourceEpisode) -> str:
+    """What a failing step did, as a DPO rejected side: the action it took, or its unusable reply as written."""
+    if step.action:
+        return reply_text(step, episode.shape)
+    return step.raw_output.rstrip()
 
 
 def step_state_text(goal: str, steps: Sequence[Step], index: int) -> str:
@@ -126,22 +139,27 @@ def build_sft(
     config: FinetuneConfig,
     counter: PromptCounter | None = None,
     embed: Embed | None = None,
+    synthetic_weight: float | None = None,
 ) -> BuiltDataset:
-    """SFT rows from successful episodes, one per valid step, near-duplicates removed.
+    """SFT rows from successful episodes, one per valid step, near-duplicates removed,
+    synthetic states kept in the share `synthetic_weight` (module docstring).
 
     Args:
         loaded: episodes that passed the SFT filter (`load_episodes(..., successes_only=True)`).
-        config: reply mode, memory policy and near-duplicate threshold.
+        config: reply mode, memory policy, near-duplicate threshold, synthetic weight.
         counter: the run model's token counter (rebuilds budget-shortened prompts, verifies counts).
         embed: unit embeddings of state texts, for near-duplicate removal (None: exact only).
+        synthetic_weight: overrides `config.synthetic_weight` (a caller's down-weighting, e.g. for drift).
     """
     dropped = Counter({f"episode:{k}": v for k, v in loaded.dropped.items()})
+    weight = config.synthetic_weight if synthetic_weight is None else synthetic_weight
     candidates: list[dict[str, Any]] = []
     states: list[str] = []
     exact: list[bool] = []
     sources: list[Step] = []
+    synthetic: list[bool] = []
     stripped = not_asked = templates_changed = 0
-    for episode in loaded.episodes:
+    for episode in sorted(loaded.episodes, key=lambda e: e.record.source == "synthetic"):
         prompts = episode_prompts(episode, config, counter)
         for step, prompt in zip(episode.steps, prompts):
             if step.index in episode.quarantined_steps:
@@ -172,7 +190,12 @@ def build_sft(
             )
             states.append(step_state_text(episode.record.goal, episode.steps, step.index))
             sources.append(step)
+            synthetic.append(episode.record.source == "synthetic")
     keep = dedupe(candidates, states, config.near_duplicate_similarity, embed, dropped)
+    weighed, share = weigh_synthetic([candidates[i]["step_id"] if synthetic[i] else None for i in keep], weight)
+    if len(weighed) < len(keep):
+        dropped["synthetic-weight"] += len(keep) - len(weighed)
+    keep = [keep[i] for i in weighed]
     rows = [candidates[i] for i in keep]
     targets: dict[str, Any] = {"mode": config.sft_targets}
     if config.sft_targets == "soft":
@@ -191,6 +214,7 @@ def build_sft(
             "templates_changed": templates_changed,
             "by_task": dict(Counter(r["task"] for r in rows)),
             "targets": targets,
+            "synthetic": share.to_dict(),
         },
     )
 

@@ -1,8 +1,12 @@
 """Read the episodes a dataset is built from out of the experience bank, with the quality filters.
 
 Quarantined episodes (and quarantined steps) never become training data; synthetic episodes
-only when accepted (see `FinetuneConfig.synthetic`). Everything left out is counted by
-reason, so the dataset card says what was filtered and why.
+only when accepted (see `FinetuneConfig.synthetic`): pinned golden, tagged, or validated by
+replaying them to a success in the real environment. That last one is what the synthesizer
+does to every stitched and relabelled episode before storing it (`provenance.validation`),
+and an environment-verified outcome is what a success means everywhere else; 'curated' asks
+for a person's acceptance instead. Everything left out is counted by reason, so the dataset
+card says what was filtered and why.
 """
 
 from __future__ import annotations
@@ -59,9 +63,24 @@ def exclusion_reason(record: EpisodeRecord, config: FinetuneConfig) -> str | Non
     if record.source == "synthetic":
         if config.synthetic == "none":
             return "synthetic"
-        if config.synthetic == "accepted" and record.tier != "golden" and config.accepted_tag not in record.tags:
+        curated = record.tier == "golden" or config.accepted_tag in record.tags
+        if config.synthetic == "curated" and not curated:
+            return "synthetic-not-accepted"
+        if config.synthetic == "accepted" and not (curated or replay_validated(record)):
             return "synthetic-not-accepted"
     return None
+
+
+def replay_validated(record: EpisodeRecord) -> bool:
+    """Whether a synthetic episode's provenance says it was replayed to a success in the real environment.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> replay_validated(SimpleNamespace(provenance={"validation": {"replayed": True, "success": True}}))
+        True
+    """
+    validation = (record.provenance or {}).get("validation") or {}
+    return validation.get("replayed") is True and validation.get("success") is True
 
 
 def qualifies_for_sft(record: EpisodeRecord, config: FinetuneConfig) -> str | None:
