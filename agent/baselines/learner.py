@@ -14,7 +14,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -42,6 +42,7 @@ class CurvePoint:
         epsilon: the exploration rate at this point.
         loss: mean TD loss of the updates since the previous point, None when there were none.
         wall_s: seconds of training and evaluation so far (summed over resumed runs).
+        outcomes: per dev seed (as text: a JSON key), whether the greedy policy won it.
     """
 
     env_steps: int
@@ -54,6 +55,7 @@ class CurvePoint:
     epsilon: float
     loss: float | None
     wall_s: float
+    outcomes: dict[str, bool] = field(default_factory=dict)
 
     @property
     def all_env_steps(self) -> int:
@@ -72,6 +74,7 @@ class EvalResult:
     successes: int
     episodes: int
     steps: int
+    outcomes: dict[str, bool] = field(default_factory=dict)
 
     @property
     def success_rate(self) -> float:
@@ -80,18 +83,20 @@ class EvalResult:
 
 def evaluate(agent: DRRNAgent, env, seeds: list[int], max_steps: int) -> EvalResult:
     """Play each seed once with the greedy policy (no exploration, no learning, no new words)."""
-    successes = steps = 0
+    steps = 0
+    outcomes: dict[str, bool] = {}
     for seed in seeds:
         obs = env.reset(seed)
+        outcomes[str(seed)] = False
         for _ in range(max_steps):
             state, actions = agent.encode(obs, grow=False)
             out = env.step(obs.admissible_actions[agent.act(state, actions, explore=False)])
             steps += 1
             obs = out.observation
             if out.done:
-                successes += bool(out.info.get("success", out.reward > 0))
+                outcomes[str(seed)] = bool(out.info.get("success", out.reward > 0))
                 break
-    return EvalResult(successes, len(seeds), steps)
+    return EvalResult(sum(outcomes.values()), len(seeds), steps, outcomes)
 
 
 def default_threads() -> int:
@@ -238,6 +243,7 @@ class DRRNLearner:
             epsilon=self.config.epsilon(self.env_steps, self.budget),
             loss=sum(self.losses) / len(self.losses) if self.losses else None,
             wall_s=round(self.wall_s + time.monotonic() - started, 3),
+            outcomes=result.outcomes,
         )
         self.losses.clear()
         self.curve.append(point)
