@@ -51,9 +51,15 @@ def base_model_path(settings: Settings, base: str | None = None) -> Path | str:
 
 
 def evaluate_adapter(
-    settings: Settings, task: str, episodes: int, adapter: Path | None, memory: bool, base: str | None = None
+    settings: Settings,
+    task: str,
+    episodes: int,
+    adapter: Path | None,
+    memory: bool,
+    base: str | None = None,
+    fold: str = "dev",
 ) -> RunResult:
-    """Play `episodes` dev-fold episodes of `task` with the local base model plus `adapter` (or none).
+    """Play `episodes` episodes of `task` (dev fold by default) with the local base model plus `adapter` (or none).
 
     Args:
         memory: keep memory in the loop as the settings configure it; False plays the model
@@ -78,7 +84,7 @@ def evaluate_adapter(
         cache_dir=settings.models_dir,
     )
     try:
-        return start_run(run_settings, task, episodes, fold="dev", kind="eval", model=model)
+        return start_run(run_settings, task, episodes, fold=fold, kind="eval", model=model)
     finally:
         model.close()
 

@@ -150,3 +150,84 @@ def report(
         write_report(data, path.parent)
         rows, pairs = summarise(data), compare_arms(data)
         emit({"curve": rows, "comparisons": pairs}, as_json, report_view(rows, pairs, path.parent))
+
+
+SKILLS_COLUMNS = [
+    Col("arm"),
+    Col("stage", drop=2),
+    Col("env_steps", "env steps", right=True, fmt=lambda x: f"{x:.0f}"),
+    Col("success_rate", "dev success", right=True, fmt=lambda r: f"{r:.1%}"),
+    Col("ci95", "95% CI", right=True, drop=1, fmt=lambda ci: f"{ci[0]:.0%}-{ci[1]:.0%}"),
+    Col("per_repeat", "per repeat", wrap=True, drop=3, fmt=lambda rates: ", ".join(f"{x:.0%}" for x in rates)),
+]
+
+
+@command(app, "skills")
+def skills(
+    task: str = typer.Argument("keyroom/compound", help="A compound task with declared sub-goals."),
+    arms: str = typer.Option(
+        "drrn,none,skills,skills+sft", "--arms", help="Comma-separated: drrn, none, skills, skills+sft."
+    ),
+    phase1: int = typer.Option(8, "--phase1", help="Phase 1: training episodes of each sub-task."),
+    budget: int = typer.Option(8, "--budget", help="Phase 2: compound training episodes (skills arms)."),
+    eval_episodes: int = typer.Option(16, "--eval-episodes", help="Dev seeds per evaluation (the same for every arm)."),
+    test_episodes: int = typer.Option(16, "--test-episodes", help="Test seeds for each arm's final point (0: none)."),
+    repeats: int = typer.Option(3, "--repeats", help="Repeats per arm (each with its own train seeds and memory)."),
+    drrn_steps: int = typer.Option(12_000, "--drrn-steps", help="The from-scratch learner's environment steps."),
+    drrn_eval_every: int = typer.Option(2_000, "--drrn-eval-every", help="Its evaluation interval, in steps."),
+    sft_epochs: int = typer.Option(3, "--sft-epochs", help="Epochs of the skills+sft arm's SFT round."),
+    sft_max_steps: int = typer.Option(-1, "--sft-max-steps", help="Cap on its optimizer steps (-1: none)."),
+    out_dir: Path = typer.Option(
+        Path("experiments/skills"), "--out", help="Results folder (an interrupted experiment resumes)."
+    ),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Step limit per agent episode."),
+    parallel: int | None = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
+    model: str | None = ModelOpt,
+    backend: Backend | None = BackendOpt,
+    base_url: str | None = BaseUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """The seed's section-5 experiment: sub-skills then stitching against a from-scratch DRRN.
+
+    Every arm is charged for every environment step it learned from (phase 1, replay, compound
+    training). Writes results.json, curve.png and table.md to --out.
+    """
+    from crl.agent.skills_experiment import ARMS, SkillsExperiment, SkillsSpec, stages, summarise
+
+    arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+    flags = overrides(
+        agent__parallel=parallel, agent__max_steps=max_steps, **model_flags(model, backend, base_url, None)
+    )
+    flags.pop("home", None)
+    spec = SkillsSpec(
+        task,
+        arm_list,
+        phase1,
+        budget,
+        eval_episodes,
+        test_episodes,
+        repeats,
+        drrn_steps,
+        drrn_eval_every,
+        sft_epochs,
+        sft_max_steps,
+        flags,
+    )
+    total = sum(stages(spec, a) * (1 if a == "none" else repeats) for a in arm_list if a in ARMS)
+    with EpisodeProgress(total, err, description=f"skills {task}") as progress:
+        experiment = SkillsExperiment(
+            spec, out_dir, on_point=lambda run, point: progress.point_done(run.arm, point.rate)
+        )
+        results = experiment.run()
+    rows = summarise(results)
+    emit(rows, as_json, skills_view(rows, out_dir))
+
+
+def skills_view(rows: list[dict], out_dir: Path):
+    """The skills experiment's dev points, then where its report is."""
+
+    def render() -> None:
+        out.print(fitted_table(rows, SKILLS_COLUMNS, out.width, "dev success against environment steps learned from"))
+        out.print(f"plot: {out_dir / 'curve.png'}   table: {out_dir / 'table.md'}", highlight=False)
+
+    return render

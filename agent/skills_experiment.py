@@ -1,0 +1,583 @@
+"""The seed's section-5 experiment: sub-skill experience composed into a compound task, against a
+from-scratch learner, every arm charged for every environment step it learned from.
+
+Arms (all evaluated on the same dev seeds of the compound task, so arms pair seed by seed):
+
+- `drrn`: a DRRN learns the compound task from reward alone (`crl.agent.baselines`); a point
+  every `drrn_eval_every` learning steps.
+- `none`: the model alone, scoring the listed actions, no memory (it learns nothing: one point at 0).
+- `skills`: phase 1 plays each sub-task (`keyroom/key`, `door`, `chest`) on `phase1` train seeds with
+  memory on; a synthesis pass relabels failures and stitches the compound task on the worlds
+  played (each demonstration validated by replay); point 1. Phase 2 plays `budget` compound
+  training episodes on new train worlds with memory and automatic synthesis; point 2.
+- `skills+sft`: `skills`' memory, then one SFT round on its real and synthetic successes
+  (synthetic ones weighted by `finetune.synthetic_weight`); the adapter plays with memory; point 3.
+
+The x-axis is every environment step an arm learned from: phase-1 steps, replay steps spent
+validating synthetic episodes, and compound training steps (the DRRN: its learning steps).
+Evaluation steps are charged to no arm (each arm's are listed). The final point of each arm is
+also played on `test_episodes` test seeds, memory frozen (evaluations never write memory).
+
+Results go to `results.json` after every point; an interrupted experiment resumes where it
+stopped (an arm-repeat that stopped mid-stage is played again from a fresh data directory).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crl.agent.config import Settings, load_settings
+from crl.agent.llm.base import ChatModel
+from crl.tasks.evaluation import discordant, mcnemar_p, wilson_interval
+
+ARMS = ("drrn", "none", "skills", "skills+sft")
+
+
+@dataclass
+class SkillsSpec:
+    """What the experiment measures (an interrupted run resumes only with the same spec)."""
+
+    task: str = "keyroom/compound"
+    arms: list[str] = field(default_factory=lambda: list(ARMS))
+    phase1: int = 8
+    budget: int = 8
+    eval_episodes: int = 16
+    test_episodes: int = 16
+    repeats: int = 3
+    drrn_steps: int = 12_000
+    drrn_eval_every: int = 2_000
+    sft_epochs: int = 3
+    sft_max_steps: int = -1
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown:
+            raise ValueError(f"unknown arm(s) {', '.join(unknown)}; arms: {', '.join(ARMS)}")
+        if "skills+sft" in self.arms and "skills" not in self.arms:
+            raise ValueError("the skills+sft arm continues the skills arm: add skills to --arms")
+
+
+@dataclass
+class SkillsPoint:
+    """One evaluation of one arm after `env_steps` environment steps of learning.
+
+    Attributes:
+        stage: what had been done ("phase 1 + synthesis", "compound training", "sft", "drrn", "model alone").
+        env_steps: every environment step learned from so far (phase 1, replay, compound training).
+        successes, episodes: the evaluation's outcome.
+        outcomes: per seed (as text), success.
+        fold: "dev" or "test".
+        detail: the parts of `env_steps`, what synthesis made, sub-goals reached, who chose actions.
+    """
+
+    stage: str
+    env_steps: int
+    successes: int
+    episodes: int
+    outcomes: dict[str, bool] = field(default_factory=dict)
+    fold: str = "dev"
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+
+@dataclass
+class SkillsRun:
+    """One repeat of one arm: its dev points, its final test point, and the seconds it took."""
+
+    arm: str
+    repeat: int
+    points: list[SkillsPoint] = field(default_factory=list)
+    test: SkillsPoint | None = None
+    seconds: float = 0.0
+    done: bool = False
+
+
+def stages(spec: SkillsSpec, arm: str) -> int:
+    """How many dev points an arm-repeat has when finished (the DRRN: one per evaluation)."""
+    if arm == "drrn":
+        return spec.drrn_steps // spec.drrn_eval_every + 1 + (spec.drrn_steps % spec.drrn_eval_every > 0)
+    return {"none": 1, "skills": 2, "skills+sft": 1}[arm]
+
+
+def subtasks_of(task: str) -> list[str]:
+    """The sub-tasks phase 1 plays, in the task's declared sub-goal order."""
+    from crl.memory.synthesis.task_skills import stitchable, subgoal_order, subtask_for
+
+    if not stitchable(task):
+        raise ValueError(f"{task} declares no sub-goal order of its own: there are no sub-skills to learn first")
+    subtasks = [subtask_for(task, s) for s in subgoal_order(task)]
+    missing = [s for s, t in zip(subgoal_order(task), subtasks, strict=True) if t is None]
+    if missing:
+        raise ValueError(f"{task}'s sub-goals {', '.join(missing)} have no sub-task to play in phase 1")
+    return [t for t in subtasks if t is not None]
+
+
+def arm_settings(spec: SkillsSpec, arm: str, home: Path) -> Settings:
+    """The agent's settings for an arm: the posterior policy; memory and automatic synthesis for skills arms."""
+    layers: dict[str, Any] = json.loads(json.dumps(spec.overrides))
+    layers.setdefault("agent", {}).setdefault("policy", "posterior")
+    layers.setdefault("reflect", {}).setdefault("enabled", False)
+    if arm == "none":
+        layers["agent"]["memory"] = "off"
+        layers.setdefault("memory", {})["enabled"] = False
+    else:
+        layers.setdefault("synthesis", {}).setdefault("auto", True)
+    layers["home"] = str(home)
+    return load_settings(layers)
+
+
+def eval_point(result, stage: str, env_steps: int, fold: str, detail: dict[str, Any]) -> SkillsPoint:
+    """A point from an evaluation run: outcomes by seed, sub-goals reached, who chose the actions."""
+    report = result.report()
+    finished = [e for e in result.episodes if e.finished]
+    reached = Counter(k for e in finished for k, v in (e.subgoals or {}).items() if v)
+    return SkillsPoint(
+        stage,
+        env_steps,
+        report["successes"],
+        report["episodes"],
+        {str(e.seed): bool(e.success) for e in finished},
+        fold,
+        detail
+        | {
+            "eval_env_steps": sum(len(e.steps) for e in result.episodes),
+            "subgoals_reached": dict(reached),
+            "decided_by": report["decided_by"],
+            "run_id": result.info.run_id,
+        },
+    )
+
+
+def steps_of(result) -> int:
+    """Environment steps a run played."""
+    return sum(len(e.steps) for e in result.episodes)
+
+
+class SkillsExperiment:
+    """Runs (or resumes) the experiment of `spec` in `out_dir`."""
+
+    def __init__(
+        self,
+        spec: SkillsSpec,
+        out_dir: Path,
+        model: ChatModel | None = None,
+        on_point: Callable[[SkillsRun, SkillsPoint], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.out_dir = Path(out_dir)
+        self.model = model
+        self.on_point = on_point
+        self.path = self.out_dir / "results.json"
+        self.runs: list[SkillsRun] = []
+        self.subtasks = subtasks_of(spec.task)
+
+    # ---- bookkeeping ------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read what an earlier, interrupted run of the same spec finished."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            return
+        old = json.loads(self.path.read_text())
+        if old["spec"] != asdict(self.spec):
+            raise ValueError(f"{self.path} holds a different experiment; choose another --out")
+        for r in old["runs"]:
+            test = SkillsPoint(**r["test"]) if r.get("test") else None
+            points = [SkillsPoint(**p) for p in r["points"]]
+            self.runs.append(SkillsRun(r["arm"], r["repeat"], points, test, r["seconds"], r.get("done", False)))
+
+    def save(self) -> None:
+        """Write `results.json` atomically."""
+        tmp = self.path.with_suffix(".tmp")
+        data = {"spec": asdict(self.spec), "runs": [asdict(r) for r in self.runs]}
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.path)
+
+    def run_of(self, arm: str, repeat: int) -> SkillsRun:
+        """The arm-repeat's record; one left unfinished is started over (its data directory wiped)."""
+        for i, r in enumerate(self.runs):
+            if (r.arm, r.repeat) == (arm, repeat):
+                if r.done:
+                    return r
+                self.runs[i] = SkillsRun(arm, repeat)
+                shutil.rmtree(self.home(arm, repeat), ignore_errors=True)
+                return self.runs[i]
+        run = SkillsRun(arm, repeat)
+        self.runs.append(run)
+        return run
+
+    def home(self, arm: str, repeat: int) -> Path:
+        return self.out_dir / arm.replace("+", "-") / f"repeat-{repeat}"
+
+    def add(self, run: SkillsRun, point: SkillsPoint, started: float) -> None:
+        run.points.append(point)
+        run.seconds += time.monotonic() - started
+        self.save()
+        if self.on_point is not None:
+            self.on_point(run, point)
+
+    def chat_model(self, settings: Settings) -> ChatModel:
+        if self.model is None:
+            from crl.agent.llm.factory import build_chat_model
+
+            self.model = build_chat_model(settings)
+        return self.model
+
+    # ---- the experiment ------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Play every arm and repeat not finished yet, a whole repeat before the next (a run cut short
+        still pairs every arm on its finished repeats); write the report; return the results."""
+        self.load()
+        for repeat in range(self.spec.repeats):
+            for arm in self.spec.arms:
+                if arm == "none" and repeat and self.deterministic_none():
+                    continue
+                run = self.run_of(arm, repeat)
+                if run.done:
+                    continue
+                getattr(self, "_" + arm.replace("+", "_"))(run, repeat)
+                run.done = True
+                self.save()
+            write_report(json.loads(self.path.read_text()), self.out_dir)
+        return json.loads(self.path.read_text())
+
+    def deterministic_none(self) -> bool:
+        """The model alone with greedy scoring repeats itself on the same dev seeds: one repeat stands for all."""
+        posterior = self.spec.overrides.get("agent", {}).get("posterior", {})
+        return posterior.get("mode", "argmax") != "sample"
+
+    def _drrn(self, run: SkillsRun, repeat: int) -> None:
+        from crl.agent.baselines.learner import DRRNLearner, evaluate
+        from crl.tasks.registry import fold_seeds, make_env
+
+        spec = self.spec
+        learner = DRRNLearner(spec.task, spec.drrn_steps, repeat, spec.drrn_eval_every, spec.eval_episodes)
+        started = time.monotonic()
+
+        def point(p) -> None:
+            nonlocal started
+            detail = {"eval_env_steps": p.eval_env_steps, "train_episodes": p.train_episodes, "wall_s": p.wall_s}
+            successes = sum(p.outcomes.values()) if p.outcomes else round(p.dev_success * p.dev_episodes)
+            self.add(
+                run, SkillsPoint("drrn", p.env_steps, successes, p.dev_episodes, p.outcomes, "dev", detail), started
+            )
+            started = time.monotonic()
+
+        learner.run(on_point=point)
+        if spec.test_episodes:
+            env = make_env(spec.task)
+            try:
+                seeds = fold_seeds(spec.task, "test", spec.test_episodes)
+                result = evaluate(learner.agent, env, seeds, learner.max_steps)
+            finally:
+                env.close()
+            run.test = SkillsPoint(
+                "drrn", learner.env_steps, result.successes, result.episodes, result.outcomes, "test"
+            )
+
+    def _none(self, run: SkillsRun, repeat: int) -> None:
+        from crl.agent.app import start_run
+
+        settings = arm_settings(self.spec, "none", self.home("none", repeat))
+        settings.llm.seed = repeat
+        started = time.monotonic()
+        model = self.chat_model(settings)
+        dev = start_run(settings, self.spec.task, self.spec.eval_episodes, fold="dev", kind="eval", model=model)
+        self.add(run, eval_point(dev, "model alone", 0, "dev", {}), started)
+        if self.spec.test_episodes:
+            test = start_run(settings, self.spec.task, self.spec.test_episodes, fold="test", kind="eval", model=model)
+            run.test = eval_point(test, "model alone", 0, "test", {})
+
+    def _skills(self, run: SkillsRun, repeat: int) -> None:
+        from crl.agent.app import open_bank, start_run
+        from crl.memory.synthesis.bank_pass import synthesize_bank
+        from crl.memory.synthesis.task_skills import family_of
+
+        spec = self.spec
+        settings = arm_settings(spec, "skills", self.home("skills", repeat))
+        settings.llm.seed = repeat
+        model = self.chat_model(settings)
+        started = time.monotonic()
+        phase1 = 0
+        for sub in self.subtasks:
+            played = start_run(settings, sub, spec.phase1, seed_start=repeat * spec.phase1, model=model)
+            phase1 += steps_of(played)
+        bank = open_bank(settings, actor="skills-experiment")
+        try:
+            synthesis = synthesize_bank(
+                bank, family_of(spec.task), stitch_task=spec.task, threshold=settings.synthesis.threshold
+            )
+        finally:
+            bank.close()
+        replay = synthesis.report.replay_env_steps
+        detail = {
+            "phase1_steps": phase1,
+            "replay_steps": replay,
+            "train_steps": 0,
+            "synthesis": synthesis.report.to_dict(),
+        }
+        dev = start_run(settings, spec.task, spec.eval_episodes, fold="dev", kind="eval", model=model)
+        self.add(run, eval_point(dev, "phase 1 + synthesis", phase1 + replay, "dev", detail), started)
+        started = time.monotonic()
+        compound_start = spec.repeats * spec.phase1 + repeat * spec.budget
+        train = start_run(settings, spec.task, spec.budget, seed_start=compound_start, model=model)
+        auto = train.info.synthesis or {}
+        replay += auto.get("replay_env_steps", 0)
+        train_steps = steps_of(train)
+        detail = {
+            "phase1_steps": phase1,
+            "replay_steps": replay,
+            "train_steps": train_steps,
+            "train_successes": train.report()["successes"],
+            "synthesis": synthesis.report.to_dict(),
+            "auto_synthesis": auto,
+        }
+        total = phase1 + replay + train_steps
+        dev = start_run(settings, spec.task, spec.eval_episodes, fold="dev", kind="eval", model=model)
+        self.add(run, eval_point(dev, "compound training", total, "dev", detail), started)
+        if spec.test_episodes:
+            test = start_run(settings, spec.task, spec.test_episodes, fold="test", kind="eval", model=model)
+            run.test = eval_point(test, "compound training", total, "test", detail)
+
+    def _skills_sft(self, run: SkillsRun, repeat: int) -> None:
+        from crl.agent.finetuning import evaluate_adapter, finetune_context
+        from crl.finetune.dataset_card import CARD_FILE
+        from crl.finetune.rounds import make_dataset, train_and_register
+
+        spec = self.spec
+        source = next(r for r in self.runs if (r.arm, r.repeat) == ("skills", repeat))
+        home = self.home("skills+sft", repeat)
+        shutil.copytree(self.home("skills", repeat), home)
+        settings = arm_settings(spec, "skills+sft", home)
+        settings.llm.seed = repeat
+        started = time.monotonic()
+        config = settings.finetune.model_copy(update={"epochs": spec.sft_epochs, "max_steps": spec.sft_max_steps})
+        ctx = finetune_context(settings, config, evaluator=False, progress=False)
+        folder = make_dataset(ctx, "sft", tasks=[*self.subtasks, spec.task])
+        card = json.loads((folder / CARD_FILE).read_text())
+        _, lineage = train_and_register(ctx, "sft", folder)
+        adapter = ctx.registry.adapter_dir(lineage.id)
+        last = source.points[-1]
+        detail = dict(last.detail) | {
+            "adapter": lineage.id,
+            "sft_examples": card.get("examples"),
+            "sft_stats": card.get("stats", {}).get("synthetic"),
+            "sft_wall_s": round(lineage.metrics.get("wall_seconds", 0.0), 1),
+        }
+        dev = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=True)
+        self.add(run, eval_point(dev, "sft", last.env_steps, "dev", detail), started)
+        if spec.test_episodes:
+            test = evaluate_adapter(settings, spec.task, spec.test_episodes, adapter, memory=True, fold="test")
+            run.test = eval_point(test, "sft", last.env_steps, "test", detail)
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per arm and point: mean env steps over repeats, pooled success with a 95% interval."""
+    rows = []
+    by_arm: dict[str, list[dict]] = {}
+    for r in results["runs"]:
+        by_arm.setdefault(r["arm"], []).append(r)
+    for arm, reps in by_arm.items():
+        n = min(len(r["points"]) for r in reps)
+        for i in range(n):
+            pts = [r["points"][i] for r in reps]
+            s, e = sum(p["successes"] for p in pts), sum(p["episodes"] for p in pts)
+            lo, hi = wilson_interval(s, e)
+            rows.append(
+                {
+                    "arm": arm,
+                    "stage": pts[0]["stage"],
+                    "env_steps": sum(p["env_steps"] for p in pts) / len(pts),
+                    "success_rate": s / e if e else 0.0,
+                    "ci95": [lo, hi],
+                    "successes": s,
+                    "episodes": e,
+                    "repeats": len(pts),
+                    "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
+                }
+            )
+    return rows
+
+
+def test_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per arm: the final point on the test fold, pooled over repeats."""
+    rows = []
+    by_arm: dict[str, list[dict]] = {}
+    for r in results["runs"]:
+        if r.get("test"):
+            by_arm.setdefault(r["arm"], []).append(r["test"])
+    for arm, tests in by_arm.items():
+        s, e = sum(t["successes"] for t in tests), sum(t["episodes"] for t in tests)
+        lo, hi = wilson_interval(s, e)
+        rows.append({"arm": arm, "success_rate": s / e if e else 0.0, "ci95": [lo, hi], "successes": s, "episodes": e})
+    return rows
+
+
+def final_pairs(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """McNemar's exact test between the final dev points of each pair of arms, on the (repeat, seed)
+    pairs both played (an arm run once stands for every repeat)."""
+    finals: dict[str, dict[int, dict[str, bool]]] = {}
+    for r in results["runs"]:
+        if r["points"]:
+            finals.setdefault(r["arm"], {})[r["repeat"]] = r["points"][-1]["outcomes"]
+    arms = list(finals)
+    rows = []
+    for i, a in enumerate(arms):
+        for b in arms[i + 1 :]:
+            pa, pb = [], []
+            for rep in sorted(set(finals[a]) | set(finals[b])):
+                oa = finals[a].get(rep, finals[a][0] if len(finals[a]) == 1 else None)
+                ob = finals[b].get(rep, finals[b][0] if len(finals[b]) == 1 else None)
+                if oa is None or ob is None:
+                    continue
+                for seed in sorted(set(oa) & set(ob)):
+                    pa.append(oa[seed])
+                    pb.append(ob[seed])
+            a_only, b_only = discordant(pa, pb)
+            rows.append(
+                {
+                    "arm_a": a,
+                    "arm_b": b,
+                    "pairs": len(pa),
+                    "a": sum(pa),
+                    "b": sum(pb),
+                    "a_only": a_only,
+                    "b_only": b_only,
+                    "mcnemar_p": mcnemar_p(pa, pb) if pa else None,
+                }
+            )
+    return rows
+
+
+def step_ratio(rows: list[dict[str, Any]], arm: str, baseline: str = "drrn") -> dict[str, Any] | None:
+    """Env steps `arm` needed to reach the baseline's final success, over the steps the baseline
+    needed to first reach it (the seed claims about 0.1); None without both arms."""
+    base = [r for r in rows if r["arm"] == baseline]
+    mine = [r for r in rows if r["arm"] == arm]
+    if not base or not mine:
+        return None
+    target = base[-1]["success_rate"]
+    base_steps = next(r["env_steps"] for r in base if r["success_rate"] >= target)
+    reached = next((r for r in mine if r["success_rate"] >= target), None)
+    return {
+        "arm": arm,
+        "target": target,
+        "baseline_steps": base_steps,
+        "arm_steps": reached["env_steps"] if reached else None,
+        "ratio": reached["env_steps"] / base_steps if reached and base_steps else None,
+        "arm_final": mine[-1]["success_rate"],
+        "arm_final_steps": mine[-1]["env_steps"],
+    }
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """Write `curve.png` (dev success against env steps learned from, 95% bands) and `table.md`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spec, rows = results["spec"], summarise(results)
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        pts = [r for r in rows if r["arm"] == arm]
+        x = [max(p["env_steps"], 1) for p in pts]
+        y = [p["success_rate"] for p in pts]
+        ax.plot(x, y, marker="o", label=f"{arm} ({pts[0]['repeats']} repeat{'s' if pts[0]['repeats'] > 1 else ''})")
+        ax.fill_between(x, [p["ci95"][0] for p in pts], [p["ci95"][1] for p in pts], alpha=0.15)
+    ax.set_xscale("log")
+    ax.set_xlabel("environment steps learned from (phase 1, replay and compound training; log scale)")
+    ax.set_ylabel(f"dev success ({spec['eval_episodes']} seeds per repeat)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{spec['task']}: sub-skills and stitching vs from scratch")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = out_dir / "curve.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    md = out_dir / "table.md"
+    md.write_text("\n".join(report_lines(results)) + "\n")
+    return png, md
+
+
+def report_lines(results: dict[str, Any]) -> list[str]:
+    """The markdown report: dev points, test fold, step ratios and paired tests."""
+    spec, rows = results["spec"], summarise(results)
+    lines = [
+        f"# {spec['task']}: sub-skill experience and stitching vs a from-scratch learner",
+        "",
+        f"Phase 1: {spec['phase1']} episodes of each sub-task; phase 2: {spec['budget']} compound training episodes; "
+        f"DRRN: {spec['drrn_steps']} learning steps; {spec['eval_episodes']} dev seeds per point and repeat, "
+        f"{spec['repeats']} repeats.",
+        "",
+        "| arm | stage | env steps learned from (mean) | dev success | 95% CI | per repeat |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        per = ", ".join(f"{x:.0%}" for x in r["per_repeat"])
+        lines.append(
+            f"| {r['arm']} | {r['stage']} | {r['env_steps']:.0f} | {r['successes']}/{r['episodes']} "
+            f"({r['success_rate']:.0%}) | {r['ci95'][0]:.0%}-{r['ci95'][1]:.0%} | {per} |"
+        )
+    tests = test_rows(results)
+    if tests:
+        lines += [
+            "",
+            "## Final points on the test fold (memory frozen)",
+            "",
+            "| arm | test success | 95% CI |",
+            "|---|---|---|",
+        ]
+        for t in tests:
+            lines.append(
+                f"| {t['arm']} | {t['successes']}/{t['episodes']} ({t['success_rate']:.0%}) | "
+                f"{t['ci95'][0]:.0%}-{t['ci95'][1]:.0%} |"
+            )
+    ratios = [x for x in (step_ratio(rows, a) for a in ("skills", "skills+sft")) if x]
+    if ratios:
+        lines += [
+            "",
+            "## Environment steps to reach the from-scratch learner's final success",
+            "",
+            "| arm | DRRN final | DRRN steps to reach it | arm steps to reach it | ratio | arm final (steps) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for x in ratios:
+            got = f"{x['arm_steps']:.0f}" if x["arm_steps"] is not None else "not reached"
+            ratio = f"{x['ratio']:.3f}" if x["ratio"] is not None else "-"
+            lines.append(
+                f"| {x['arm']} | {x['target']:.0%} | {x['baseline_steps']:.0f} | {got} | {ratio} | "
+                f"{x['arm_final']:.0%} ({x['arm_final_steps']:.0f}) |"
+            )
+    pairs = final_pairs(results)
+    if pairs:
+        lines += [
+            "",
+            "## Final dev points compared (McNemar's exact test on paired (repeat, seed) outcomes)",
+            "",
+            "| arm A | arm B | paired seeds | A | B | A only | B only | p |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for p in pairs:
+            pv = f"{p['mcnemar_p']:.3g}" if p["mcnemar_p"] is not None else "-"
+            lines.append(
+                f"| {p['arm_a']} | {p['arm_b']} | {p['pairs']} | {p['a']} | {p['b']} | {p['a_only']} | "
+                f"{p['b_only']} | {pv} |"
+            )
+    return lines

@@ -1,0 +1,152 @@
+"""The section-5 experiment (`crl experiment skills`): its report arithmetic, and a tiny real run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from crl.agent.cli.main import app
+from crl.agent.skills_experiment import (
+    SkillsSpec,
+    final_pairs,
+    report_lines,
+    stages,
+    step_ratio,
+    subtasks_of,
+    summarise,
+)
+
+
+def point(stage: str, steps: int, outcomes: list[bool]) -> dict:
+    return {
+        "stage": stage,
+        "env_steps": steps,
+        "successes": sum(outcomes),
+        "episodes": len(outcomes),
+        "outcomes": {str(100000 + i): o for i, o in enumerate(outcomes)},
+        "fold": "dev",
+        "detail": {},
+    }
+
+
+def results() -> dict:
+    spec = SkillsSpec(repeats=2, eval_episodes=4, drrn_steps=4000, drrn_eval_every=2000)
+    drrn = [
+        {
+            "arm": "drrn",
+            "repeat": r,
+            "points": [
+                point("drrn", 0, [False] * 4),
+                point("drrn", 2000, [True, False, False, False]),
+                point("drrn", 4000, [True, True, False, False]),
+            ],
+            "test": None,
+            "seconds": 1,
+            "done": True,
+        }
+        for r in range(2)
+    ]
+    none = [
+        {
+            "arm": "none",
+            "repeat": 0,
+            "points": [point("model alone", 0, [False] * 4)],
+            "test": None,
+            "seconds": 1,
+            "done": True,
+        }
+    ]
+    skills = [
+        {
+            "arm": "skills",
+            "repeat": r,
+            "points": [
+                point("phase 1 + synthesis", 100 + r * 20, [True, False, False, False]),
+                point("compound training", 300 + r * 20, [True, True, True, False]),
+            ],
+            "test": None,
+            "seconds": 1,
+            "done": True,
+        }
+        for r in range(2)
+    ]
+    return {"spec": json.loads(json.dumps(spec.__dict__)), "runs": drrn + none + skills}
+
+
+def test_summary_pools_repeats_and_averages_env_steps():
+    rows = summarise(results())
+    skills = [r for r in rows if r["arm"] == "skills"]
+    assert [r["env_steps"] for r in skills] == [110, 310]
+    assert [(r["successes"], r["episodes"]) for r in skills] == [(2, 8), (6, 8)]
+    assert skills[1]["per_repeat"] == [0.75, 0.75]
+    assert 0 < skills[1]["ci95"][0] < 0.75 < skills[1]["ci95"][1] <= 1
+
+
+def test_step_ratio_is_steps_to_reach_the_baselines_final_over_the_baselines():
+    ratio = step_ratio(summarise(results()), "skills")
+    assert ratio["target"] == 0.5 and ratio["baseline_steps"] == 4000
+    assert ratio["arm_steps"] == 310 and ratio["ratio"] == pytest.approx(310 / 4000)
+    never = step_ratio(summarise(results()), "none")
+    assert never["arm_steps"] is None and never["ratio"] is None
+    assert step_ratio(summarise(results()), "skills+sft") is None
+
+
+def test_final_points_pair_by_repeat_and_seed_and_a_single_run_stands_for_all():
+    pairs = {(p["arm_a"], p["arm_b"]): p for p in final_pairs(results())}
+    versus = pairs[("drrn", "skills")]
+    assert versus["pairs"] == 8 and (versus["a"], versus["b"]) == (4, 6)
+    assert (versus["a_only"], versus["b_only"]) == (0, 2)
+    alone = pairs[("none", "skills")]
+    assert alone["pairs"] == 8 and alone["b_only"] == 6 and alone["mcnemar_p"] < 0.05
+
+
+def test_report_has_the_table_the_ratio_and_the_tests():
+    text = "\n".join(report_lines(results()))
+    assert "| skills | compound training | 310 | 6/8 (75%)" in text
+    assert "| skills | 50% | 4000 | 310 | 0.077 |" in text
+    assert "McNemar" in text
+
+
+def test_spec_and_task_checks():
+    with pytest.raises(ValueError, match="unknown arm"):
+        SkillsSpec(arms=["ppo"])
+    with pytest.raises(ValueError, match="continues the skills arm"):
+        SkillsSpec(arms=["skills+sft"])
+    with pytest.raises(ValueError, match="no sub-goal order of its own"):
+        subtasks_of("keyroom/key")
+    assert subtasks_of("keyroom/compound?n_rooms=3") == [
+        "keyroom/key?n_rooms=3",
+        "keyroom/door?n_rooms=3",
+        "keyroom/chest?n_rooms=3",
+    ]
+    assert stages(SkillsSpec(drrn_steps=5000, drrn_eval_every=2000), "drrn") == 4  # 0, 2000, 4000, 5000
+
+
+@pytest.mark.slow
+def test_a_tiny_real_run_of_every_arm_writes_the_plot_table_and_results(tmp_path, crl_home, monkeypatch):
+    monkeypatch.setenv("CRL_LLM__DTYPE", "bf16")
+    out = tmp_path / "skills"
+    args = [
+        "experiment", "skills", "keyroom/compound", "--phase1", "1", "--budget", "1", "--eval-episodes", "1",
+        "--test-episodes", "1", "--repeats", "1", "--drrn-steps", "60", "--drrn-eval-every", "30",
+        "--sft-epochs", "1", "--sft-max-steps", "1", "--max-steps", "3", "--out", str(out), "--json",
+    ]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert (out / "curve.png").stat().st_size > 0
+    table = (out / "table.md").read_text()
+    data = json.loads((out / "results.json").read_text())
+    runs = {run["arm"]: run for run in data["runs"]}
+    assert set(runs) == {"drrn", "none", "skills", "skills+sft"} and all(r["done"] for r in runs.values())
+    assert [p["env_steps"] for p in runs["drrn"]["points"]] == [0, 30, 60]
+    first, second = runs["skills"]["points"]
+    assert first["detail"]["phase1_steps"] > 0 and first["env_steps"] >= first["detail"]["phase1_steps"]
+    assert second["env_steps"] > first["env_steps"] and second["detail"]["train_steps"] > 0
+    assert runs["skills+sft"]["points"][0]["detail"]["adapter"]
+    assert all(run["test"]["fold"] == "test" for run in runs.values())
+    assert "| skills+sft | sft |" in table and "test fold" in table
+    again = CliRunner().invoke(app, args)  # finished: nothing is played again
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "results.json").read_text())["runs"] == data["runs"]
