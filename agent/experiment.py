@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -304,33 +304,38 @@ def compare_arms(results: dict[str, Any], point: int = -1) -> list[dict[str, Any
     return rows
 
 
-def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per arm and evaluation point: pooled success over repeats with a 95% interval."""
-    rows = []
+def pooled_points(results: dict[str, Any]) -> Iterator[tuple[str, list[dict], int, int, tuple[float, float]]]:
+    """Per arm and evaluation point (up to the fewest any repeat reached): the repeats' points,
+    their pooled successes and episodes, and its 95% Wilson interval."""
     by_arm: dict[str, list[dict]] = {}
     for r in results["runs"]:
         by_arm.setdefault(r["arm"], []).append(r)
     for arm, reps in by_arm.items():
-        n_points = min(len(r["points"]) for r in reps)
-        for i in range(n_points):
+        for i in range(min(len(r["points"]) for r in reps)):
             pts = [r["points"][i] for r in reps]
             s, n = sum(p["successes"] for p in pts), sum(p["episodes"] for p in pts)
-            lo, hi = wilson_interval(s, n)
-            rows.append(
-                {
-                    "arm": arm,
-                    "train_episodes": pts[0]["train_episodes"],
-                    "train_steps": sum(p["train_steps"] for p in pts) / len(pts),
-                    "success_rate": s / n if n else 0.0,
-                    "ci95": [lo, hi],
-                    "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
-                    "repeats": len(pts),
-                    "prompt_tokens_per_call": _mean(p.get("prompt_tokens_per_call") for p in pts),
-                    "retrieval_ms_per_step": _mean(p.get("retrieval_ms_per_step") for p in pts),
-                    "decided_by": _shares(p.get("decided_by") or {} for p in pts),
-                    "mean_score": _mean(p.get("mean_score") for p in pts),
-                }
-            )
+            yield arm, pts, s, n, wilson_interval(s, n)
+
+
+def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per arm and evaluation point: pooled success over repeats with a 95% interval."""
+    rows = []
+    for arm, pts, s, n, (lo, hi) in pooled_points(results):
+        rows.append(
+            {
+                "arm": arm,
+                "train_episodes": pts[0]["train_episodes"],
+                "train_steps": sum(p["train_steps"] for p in pts) / len(pts),
+                "success_rate": s / n if n else 0.0,
+                "ci95": [lo, hi],
+                "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
+                "repeats": len(pts),
+                "prompt_tokens_per_call": _mean(p.get("prompt_tokens_per_call") for p in pts),
+                "retrieval_ms_per_step": _mean(p.get("retrieval_ms_per_step") for p in pts),
+                "decided_by": _shares(p.get("decided_by") or {} for p in pts),
+                "mean_score": _mean(p.get("mean_score") for p in pts),
+            }
+        )
     return rows
 
 

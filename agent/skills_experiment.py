@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from crl.agent.config import Settings, load_settings
+from crl.agent.experiment import pooled_points
 from crl.agent.llm.base import ChatModel
 from crl.tasks.evaluation import discordant, mcnemar_p, wilson_interval
 
@@ -58,6 +59,8 @@ class SkillsSpec:
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not self.arms:
+            raise ValueError(f"no arms to play; arms: {', '.join(ARMS)}")
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown:
             raise ValueError(f"unknown arm(s) {', '.join(unknown)}; arms: {', '.join(ARMS)}")
@@ -389,28 +392,20 @@ class SkillsExperiment:
 def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Per arm and point: mean env steps over repeats, pooled success with a 95% interval."""
     rows = []
-    by_arm: dict[str, list[dict]] = {}
-    for r in results["runs"]:
-        by_arm.setdefault(r["arm"], []).append(r)
-    for arm, reps in by_arm.items():
-        n = min(len(r["points"]) for r in reps)
-        for i in range(n):
-            pts = [r["points"][i] for r in reps]
-            s, e = sum(p["successes"] for p in pts), sum(p["episodes"] for p in pts)
-            lo, hi = wilson_interval(s, e)
-            rows.append(
-                {
-                    "arm": arm,
-                    "stage": pts[0]["stage"],
-                    "env_steps": sum(p["env_steps"] for p in pts) / len(pts),
-                    "success_rate": s / e if e else 0.0,
-                    "ci95": [lo, hi],
-                    "successes": s,
-                    "episodes": e,
-                    "repeats": len(pts),
-                    "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
-                }
-            )
+    for arm, pts, s, e, (lo, hi) in pooled_points(results):
+        rows.append(
+            {
+                "arm": arm,
+                "stage": pts[0]["stage"],
+                "env_steps": sum(p["env_steps"] for p in pts) / len(pts),
+                "success_rate": s / e if e else 0.0,
+                "ci95": [lo, hi],
+                "successes": s,
+                "episodes": e,
+                "repeats": len(pts),
+                "per_repeat": [p["successes"] / p["episodes"] if p["episodes"] else 0.0 for p in pts],
+            }
+        )
     return rows
 
 

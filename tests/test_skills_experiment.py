@@ -112,6 +112,8 @@ def test_report_has_the_table_the_ratio_and_the_tests():
 def test_spec_and_task_checks():
     with pytest.raises(ValueError, match="unknown arm"):
         SkillsSpec(arms=["ppo"])
+    with pytest.raises(ValueError, match="no arms"):
+        SkillsSpec(arms=[])
     with pytest.raises(ValueError, match="continues the skills arm"):
         SkillsSpec(arms=["skills+sft"])
     with pytest.raises(ValueError, match="no sub-goal order of its own"):
