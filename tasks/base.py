@@ -85,7 +85,9 @@ class TaskSpec:
     `uses_cache_dir`: the factory takes `cache_dir=` (where generated games are kept); the
     agent passes `<home>/games`. `subgoal_order`: the order of the sub-goals in
     `info["subgoals"]` a compound goal needs; `subtasks`: per sub-goal, the task whose whole
-    goal it is (experience synthesis cuts, relabels and stitches by them).
+    goal it is (experience synthesis cuts, relabels and stitches by them). `tools`: references
+    (`module:function` or `path/to/file.py:function`) of the tools the task offers its agent by
+    default; the agent resolves them, the task only names them.
     """
 
     name: str
@@ -96,6 +98,7 @@ class TaskSpec:
     uses_cache_dir: bool = False
     subgoal_order: tuple[str, ...] = ()
     subtasks: dict[str, str] = field(default_factory=dict)
+    tools: tuple[str, ...] = ()
 
     @property
     def family(self) -> str:
