@@ -359,6 +359,7 @@ class ExperienceBank(CurationMixin):
         k: int,
         where_outcome: str | None,
         exclude_quarantine: bool,
+        with_embeddings: bool = False,
     ) -> list[list[Hit]]:
         if where_outcome not in OUTCOME_BUCKETS:
             raise ValueError(f"where_outcome must be 'success', 'failure' or None, not {where_outcome!r}")
@@ -366,9 +367,9 @@ class ExperienceBank(CurationMixin):
             if texts is None:
                 raise ValueError("pass texts or embeddings")
             embeddings = self.embed(texts)
-        hits = self.view.query(kind, family, OUTCOME_BUCKETS[where_outcome], embeddings, k)
+        hits = self.view.query(kind, family, OUTCOME_BUCKETS[where_outcome], embeddings, k, with_embeddings)
         if not exclude_quarantine:
-            extra = self.view.query(kind, family, ("q",), embeddings, k * 4 if where_outcome else k)
+            extra = self.view.query(kind, family, ("q",), embeddings, k * 4 if where_outcome else k, with_embeddings)
             for row, more in zip(hits, extra):
                 if where_outcome:
                     want = where_outcome == "success"
@@ -386,6 +387,7 @@ class ExperienceBank(CurationMixin):
         where_outcome: str | None = None,
         exclude_quarantine: bool = True,
         embeddings: np.ndarray | None = None,
+        with_embeddings: bool = False,
     ) -> list[list[Hit]]:
         """The k stored steps nearest to each query state, batched: one list of hits per query.
 
@@ -396,8 +398,9 @@ class ExperienceBank(CurationMixin):
             where_outcome: 'success' or 'failure' to keep only steps of such episodes.
             exclude_quarantine: leave quarantined steps out (the default; retrieval must).
             embeddings: precomputed query vectors instead of `texts`.
+            with_embeddings: each hit carries its stored vector (read by the same query).
         """
-        return self._query("step", family, texts, embeddings, k, where_outcome, exclude_quarantine)
+        return self._query("step", family, texts, embeddings, k, where_outcome, exclude_quarantine, with_embeddings)
 
     def query_episodes(
         self,
@@ -407,9 +410,10 @@ class ExperienceBank(CurationMixin):
         where_outcome: str | None = None,
         exclude_quarantine: bool = True,
         embeddings: np.ndarray | None = None,
+        with_embeddings: bool = False,
     ) -> list[list[Hit]]:
         """The k stored episodes whose first state is nearest to each query (as `query_steps`)."""
-        return self._query("episode", family, texts, embeddings, k, where_outcome, exclude_quarantine)
+        return self._query("episode", family, texts, embeddings, k, where_outcome, exclude_quarantine, with_embeddings)
 
     def search(
         self,

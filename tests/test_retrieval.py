@@ -184,6 +184,21 @@ def test_pack_has_successes_failures_hints_and_trajectories(bank):
     assert pack.successes[0].describe().startswith(f"{pack.successes[0].id} [top] score ")
 
 
+def test_mmr_reads_stored_vectors_with_the_query_not_a_second_time(bank, monkeypatch):
+    _fill(bank)
+    hits = bank.query_steps("keyroom", texts=[state_text(GOAL, HALL, [])], k=5, with_embeddings=True)[0]
+    stored = bank.view.embeddings_of([bank.view.locate([h.id])[h.id] for h in hits])
+    assert hits and all(np.allclose(h.embedding, stored[h.id]) for h in hits)
+    assert all(h.embedding is None for h in bank.query_steps("keyroom", texts=["x"], k=3)[0])
+
+    def second_read(_located):
+        raise AssertionError("MMR read the stored vectors a second time")
+
+    monkeypatch.setattr(bank.view, "embeddings_of", second_read)
+    pack = Retriever(bank, RetrievalConfig(epsilon=0.0, mmr_lambda=0.7)).retrieve([_query()])[0]
+    assert len(pack.successes) == 2 and len(pack.hints) == 3
+
+
 def test_retrieval_never_leaks_another_family(bank):
     _fill(bank, "keyroom/key", "r1")
     _fill(bank, "twx/cooking", "r2")  # the very same texts, another family

@@ -165,7 +165,8 @@ def slot_sizes(config: RetrievalConfig) -> dict[str, int]:
 
 
 def stored_embeddings(bank, hits: Sequence[Hit]) -> dict[str, np.ndarray]:
-    """The stored vectors of retrieved records (one read per collection), for MMR."""
+    """The stored vectors of retrieved records, for MMR: those the query returned, plus one read per
+    collection for any hit without its vector."""
     out: dict[str, np.ndarray] = {}
     located: dict[str, Located] = {}
     for h in hits:
@@ -323,17 +324,26 @@ class Retriever:
         empty: list[list[Hit]] = [[] for _ in range(len(vectors))]
         pool = min(cfg.pool, cfg.cross_encoder_pool) if cfg.rerank == "cross-encoder" else cfg.pool
 
-        def episodes(outcome: str, k: int) -> list[list[Hit]]:
+        mmr = cfg.mmr_lambda < 1.0
+        wide_k = {slot: k >= 2 for slot, k in slot_sizes(cfg).items()}  # MMR only reorders a pick of two or more
+
+        def episodes(outcome: str, k: int, slot: str) -> list[list[Hit]]:
             if not k:
                 return empty
-            rows = bank.query_episodes(family, embeddings=vectors, k=pool, where_outcome=outcome)
+            rows = bank.query_episodes(
+                family, embeddings=vectors, k=pool, where_outcome=outcome, with_embeddings=mmr and wide_k[slot]
+            )
             return [[h for h in row if h.record.outcome == outcome] for row in rows]  # no unfinished
 
         k_steps = max(pool if cfg.k_hints else 0, cfg.ec_neighbours if valuing else 0)
-        steps = bank.query_steps(family, embeddings=vectors, k=k_steps) if k_steps else empty
+        steps = (
+            bank.query_steps(family, embeddings=vectors, k=k_steps, with_embeddings=mmr and wide_k["hints"])
+            if k_steps
+            else empty
+        )
         by_slot = {
-            "successes": episodes("success", cfg.k_success),
-            "failures": episodes("failure", cfg.k_failure),
+            "successes": episodes("success", cfg.k_success, "successes"),
+            "failures": episodes("failure", cfg.k_failure, "failures"),
             "hints": [
                 [h for h in row[:pool] if h.record.episode_outcome != "unfinished" and h.record.valid] for row in steps
             ]
@@ -341,10 +351,9 @@ class Retriever:
             else empty,
             "rules": rule_hits(bank, family, vectors, pool, games) if cfg.k_rules else empty,
         }
-        # MMR only changes a pick when at least two are picked from a pool
-        wide = [slot for slot, k in slot_sizes(cfg).items() if k >= 2 and slot != "rules"]
+        wide = [slot for slot, is_wide in wide_k.items() if is_wide and slot != "rules"]
         diverse = [h for slot in wide for row in by_slot[slot] for h in row]
-        embeddings = stored_embeddings(bank, diverse) if cfg.mmr_lambda < 1.0 and diverse else {}
+        embeddings = stored_embeddings(bank, diverse) if mmr and diverse else {}
         baseline = family_success_rate(bank, family) if cfg.use_utility else 0.5
         experience = (by_slot["successes"], by_slot["failures"], steps)
         synthetic = any(h.record.source == "synthetic" for lists in experience for row in lists for h in row)

@@ -65,11 +65,13 @@ class NewerSchemaError(StoreError):
 
 @dataclass
 class Hit:
-    """One search result: the record, its id and cosine similarity to the query."""
+    """One search result: the record, its id and cosine similarity to the query (and its stored
+    vector when the query asked for it, which saves a second read for MMR)."""
 
     id: str
     similarity: float
     record: AnyRecord
+    embedding: np.ndarray | None = None
 
     @property
     def distance(self) -> float:
@@ -484,26 +486,38 @@ class ChromaView:
                 total += col.count()
         return total
 
-    def query(self, kind: str, family: str, buckets: Iterable[str], embeddings: np.ndarray, k: int) -> list[list[Hit]]:
-        """The `k` nearest records to each query vector, merged over `buckets`, best first."""
+    def query(
+        self,
+        kind: str,
+        family: str,
+        buckets: Iterable[str],
+        embeddings: np.ndarray,
+        k: int,
+        with_embeddings: bool = False,
+    ) -> list[list[Hit]]:
+        """The `k` nearest records to each query vector, merged over `buckets`, best first
+        (`with_embeddings`: each hit carries its stored vector, read by the same query)."""
         n = len(embeddings)
-        merged: list[list[tuple[float, str, dict[str, Any]]]] = [[] for _ in range(n)]
+        merged: list[list[tuple[float, str, dict[str, Any], Any]]] = [[] for _ in range(n)]
+        include = ["metadatas", "distances"] + (["embeddings"] if with_embeddings else [])
         for b in buckets:
             col = self._for(kind, family, b)
             if col is None or n == 0:
                 continue
-            res = col.query(
-                query_embeddings=np.asarray(embeddings, dtype=np.float32),
-                n_results=k,
-                include=["metadatas", "distances"],
-            )
+            res = col.query(query_embeddings=np.asarray(embeddings, dtype=np.float32), n_results=k, include=include)
             for qi in range(n):
-                for rid, meta, dist in zip(res["ids"][qi], res["metadatas"][qi], res["distances"][qi]):
-                    merged[qi].append((float(dist), rid, meta))
+                vectors = res["embeddings"][qi] if with_embeddings else [None] * len(res["ids"][qi])
+                for rid, meta, dist, vec in zip(res["ids"][qi], res["metadatas"][qi], res["distances"][qi], vectors):
+                    merged[qi].append((float(dist), rid, meta, vec))
         out: list[list[Hit]] = []
         for rows in merged:
             rows.sort(key=lambda r: (r[0], r[1]))
-            out.append([Hit(rid, 1.0 - dist, from_chroma(meta)) for dist, rid, meta in rows[:k]])
+            out.append(
+                [
+                    Hit(rid, 1.0 - dist, from_chroma(meta), None if vec is None else np.asarray(vec, dtype=np.float32))
+                    for dist, rid, meta, vec in rows[:k]
+                ]
+            )
         return out
 
     def nearest_similarity(self, kind: str, family: str, embeddings: np.ndarray) -> list[float | None]:
