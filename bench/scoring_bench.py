@@ -1,6 +1,7 @@
-"""Scoring admissible actions vs generating a reply, on keyroom states (a benchmark, not a test).
+"""Scoring admissible actions vs generating a reply, on keyroom and TextWorldExpress states (a
+benchmark, not a test).
 
-For the first states of keyroom games (one per seed, prompted as the agent loop prompts the
+For the first states of a task's games (one per seed, prompted as the agent loop prompts the
 embedded model: primed with "Action:"), measures per dtype and parallelism:
 
 - score:    `ActionScorer` (mean token log-likelihood of every admissible action, one prompt
@@ -9,10 +10,12 @@ embedded model: primed with "Action:"), measures per dtype and parallelism:
 - choice:   transformers' `DecisionPipeline` (labels A, B, ... read from next-token logits;
             it does not batch, so parallel 1 only)
 
-and prints ms per decision, usable (valid) actions, and agreement with the solver's first
-action. Times on 2 shared cores are noisy; compare rows of one run.
+and prints ms per decision, decisions per second, usable (valid) actions, and agreement with the
+reference's first action (keyroom's solver; the engine's gold path on `twx/...` tasks). Times on
+2 shared cores are noisy; compare rows of one run.
 
     python bench/scoring_bench.py [--task keyroom/key] [--states 8] [--parallel 1,8] [--dtypes fp32,bf16]
+    python bench/scoring_bench.py --task "twx/coin?numLocations=3&numDistractorItems=0&includeDoors=0"
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ from crl.agent.parsing import parse_reply  # noqa: E402
 from crl.agent.session import DEFAULT_STOP, EpisodeSession, LoopConfig  # noqa: E402
 from crl.memory.trajectory import Episode  # noqa: E402
 from crl.tasks.keyroom import KeyroomEnv, solve  # noqa: E402
+from crl.tasks.registry import make_env  # noqa: E402
 
 
 @dataclass
 class State:
-    """One decision to make: the primed chat, its admissible actions, the solver's action."""
+    """One decision to make: the primed chat, its admissible actions, the reference's action."""
 
     messages: list[dict]
     state_text: str
@@ -47,19 +51,36 @@ class State:
     solver_action: str
 
 
-def keyroom_states(model: LocalChatModel, task: str, seeds: list[int]) -> list[State]:
+def reference_action(env) -> str:
+    """The first action of a known-good path: keyroom's solver, or the TextWorldExpress gold path."""
+    if isinstance(env, KeyroomEnv):
+        return solve(env)[0]
+    return env.gold_actions()[0]
+
+
+def task_states(model: LocalChatModel, task: str, seeds: list[int]) -> list[State]:
     """The first state of each seed, prompted as `EpisodeSession` prompts the embedded model."""
     config = LoopConfig(react=False, prefill=True)
     count_text = lambda text: model.count_tokens([{"role": "user", "content": text}])  # noqa: E731
     states = []
-    for seed in seeds:
-        env = KeyroomEnv(task)
-        episode = Episode(episode_id=f"bench-{seed}", run_id="bench", task=task, seed=seed, goal="")
-        session = EpisodeSession(env, episode, config, count_text, model.count_tokens)
-        obs = session.observation
-        states.append(
-            State(session.messages(), f"Goal: {obs.goal}\n{obs.text}", list(obs.admissible_actions), solve(env)[0])
-        )
+    env = make_env(task)
+    try:
+        for seed in seeds:
+            episode = Episode(episode_id=f"bench-{seed}", run_id="bench", task=task, seed=seed, goal="")
+            session = EpisodeSession(env, episode, config, count_text, model.count_tokens)
+            obs = session.observation
+            if not obs.admissible_actions:
+                raise SystemExit(f"{task} lists no admissible actions: nothing to score")
+            states.append(
+                State(
+                    session.messages(),
+                    f"Goal: {obs.goal}\n{obs.text}",
+                    list(obs.admissible_actions),
+                    reference_action(env),
+                )
+            )
+    finally:
+        env.close()
     return states
 
 
@@ -113,6 +134,7 @@ def _row(method, dtype, parallel, states, actions, seconds, prompt_tokens) -> di
         "parallel": parallel,
         "decisions": len(states),
         "ms_per_decision": 1000 * seconds / len(states),
+        "decisions_per_s": len(states) / seconds if seconds > 0 else float("inf"),
         "valid": valid,
         "solver_agreement": solver,
         "prompt_tokens": round(prompt_tokens),
@@ -134,7 +156,7 @@ def main() -> None:
     for dtype in args.dtypes.split(","):
         model = LocalChatModel.embedded(Path(args.home) / "models", device="cpu", dtype=dtype)
         try:
-            states = keyroom_states(model, args.task, list(range(args.states)))
+            states = task_states(model, args.task, list(range(args.states)))
             chance = sum(1 / len(s.admissible) for s in states)
             rows += measure(model, states, parallel, dtype)
         finally:
@@ -143,13 +165,15 @@ def main() -> None:
         print(json.dumps({"random_agreement": chance, "rows": rows}, indent=2))
         return
     print(f"{args.task}: first state of seeds 0..{args.states - 1}, embedded SmolLM2-135M, CPU")
-    print(f"a uniformly random admissible action would agree with the solver on {chance:.1f} of {args.states}")
-    print(f"{'method':<9} {'dtype':<5} {'par':>3} {'ms/decision':>11} {'valid':>7} {'= solver':>8} {'prompt tok':>10}")
+    print(f"a uniformly random admissible action would agree with the reference on {chance:.1f} of {args.states}")
+    header = f"{'method':<9} {'dtype':<5} {'par':>3} {'ms/decision':>11} {'decisions/s':>11} {'valid':>7} {'= ref':>8}"
+    print(f"{header} {'prompt tok':>10}")
     for r in rows:
         n = r["decisions"]
         print(
             f"{r['method']:<9} {r['dtype']:<5} {r['parallel']:>3} {r['ms_per_decision']:>11.0f} "
-            f"{r['valid']:>3}/{n:<3} {r['solver_agreement']:>4}/{n:<3} {r['prompt_tokens']:>10}"
+            f"{r['decisions_per_s']:>11.2f} {r['valid']:>3}/{n:<3} {r['solver_agreement']:>4}/{n:<3} "
+            f"{r['prompt_tokens']:>10}"
         )
 
 
