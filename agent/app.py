@@ -17,6 +17,7 @@ from crl.agent.reflect import make_reflector
 from crl.agent.runner import EpisodePlan, Progress, Runner, RunnerStats
 from crl.agent.runs import RunInfo, RunStore, RunSummary, find_run, new_run_id, run_stores, summarise
 from crl.agent.session import DEFAULT_STOP, LoopConfig
+from crl.agent.tool_setup import toolbox_for
 from crl.memory.retrieval.retriever import Retriever
 from crl.memory.storage.episode_log import EpisodeLog
 from crl.memory.trajectory import Episode
@@ -136,8 +137,15 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
 
 
 def env_options(settings: Settings, task: str) -> dict:
-    """Arguments the data directory gives a task's factory (generated games live under it)."""
-    return {"cache_dir": settings.home / "games"} if get_task(task).uses_cache_dir else {}
+    """Arguments the settings give a task's factory: where generated games live (under the data
+    directory), and for a task an LLM judges, the judging model (the run's `llm` settings)."""
+    spec = get_task(task)
+    options = {"cache_dir": settings.home / "games"} if spec.uses_cache_dir else {}
+    if spec.uses_judge:
+        from crl.agent.judge import judge_options
+
+        options |= judge_options(settings)
+    return options
 
 
 def settings_snapshot(settings: Settings) -> dict:
@@ -284,7 +292,7 @@ def _execute(
 ) -> RunResult:
     learns = info.kind != "eval"
     in_loop = uses_memory_in_loop(settings)
-    bank = None
+    bank = toolbox = None
     if settings.memory.enabled and (learns or in_loop):
         bank = open_bank(settings, actor=f"run:{info.run_id}")
     try:
@@ -309,6 +317,11 @@ def _execute(
         synth = make_auto_synthesis(settings, bank, info.task) if learns else None
         synthesize = synth.on_episode_end if synth is not None else None
         hooks = [h for h in (submit, reflect, synthesize, on_episode_end) if h is not None]
+        memory_advisor = advisor if isinstance(advisor, MemoryAdvisor) else None
+        toolbox = toolbox_for(settings, info.task, model, store.path(info.run_id), memory_advisor)
+        if toolbox is not None:
+            info.tools = toolbox.report()
+            store.save(info)
         with EpisodeLog(store.log_path(info.run_id)) as log:
             runner = Runner(
                 model=model,
@@ -322,6 +335,7 @@ def _execute(
                 advisor=advisor,
                 posterior=settings.agent.posterior.policy() if settings.agent.policy == "posterior" else None,
                 candidate_cap=settings.agent.posterior.candidates,
+                tools=toolbox,
             )
             stats = runner.run(plans, parallel=settings.agent.parallel, progress=progress)
         if synth is not None:
@@ -329,6 +343,8 @@ def _execute(
             info.synthesis = synth.summary()
         info.scoring = scoring_report(model) if stats.scored_decisions else None
     finally:
+        if toolbox is not None:
+            toolbox.close()
         if bank is not None:
             bank.close()
     info.status = "finished"

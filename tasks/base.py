@@ -87,7 +87,9 @@ class TaskSpec:
     `info["subgoals"]` a compound goal needs; `subtasks`: per sub-goal, the task whose whole
     goal it is (experience synthesis cuts, relabels and stitches by them). `tools`: references
     (`module:function` or `path/to/file.py:function`) of the tools the task offers its agent by
-    default; the agent resolves them, the task only names them.
+    default; the agent resolves them, the task only names them. `uses_judge`: the factory takes
+    `judge=` (a function sending one prompt to a model and returning its reply) and `judge_model=`
+    (that model's name), for tasks whose success an LLM judges; the agent passes the run's model.
     """
 
     name: str
@@ -99,6 +101,7 @@ class TaskSpec:
     subgoal_order: tuple[str, ...] = ()
     subtasks: dict[str, str] = field(default_factory=dict)
     tools: tuple[str, ...] = ()
+    uses_judge: bool = False
 
     @property
     def family(self) -> str:

@@ -1,0 +1,94 @@
+"""`UserTask`: the base class for a user's own task that a JSONL file cannot express.
+
+Subclass it, set `name` (`family/variant`) and whatever else differs from the defaults,
+implement `reset` and `step`, and expose the class through the `complementary_rl.tasks` entry
+point of your package (see `crl.tasks.plugins`); `crl tasks` then lists it and `crl run` plays
+it, with nothing of ours edited.
+
+Example:
+    >>> class Echo(UserTask):
+    ...     name = "demo/echo"
+    ...     description = "Say the word you are shown."
+    ...     def reset(self, seed):
+    ...         self.word = ["apple", "pear", "plum"][seed % 3]
+    ...         return self.observe(f"Say {self.word}.")
+    ...     def step(self, action):
+    ...         won = action.strip().lower() == self.word
+    ...         return self.finish("Right." if won else "Wrong.", success=won)
+    >>> env = Echo.spec().factory()
+    >>> env.reset(1).text
+    'Say pear.'
+    >>> env.step("pear").reward
+    1.0
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskError, TaskSpec
+
+
+class UserTask:
+    """A `TextEnv` with its registration details as class attributes.
+
+    Attributes:
+        name: `family/variant`, e.g. `mytasks/sorting`.
+        description: one line for `crl tasks`.
+        max_steps: the agent's step limit.
+        folds: the train/dev/test seed ranges (`SeedFolds()` by default).
+        tools: references (`module:function`) of the tools the agent is offered.
+        goal: the goal `observe` reports when the episode gave none.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    max_steps: ClassVar[int] = 10
+    folds: ClassVar[SeedFolds] = SeedFolds()
+    tools: ClassVar[tuple[str, ...]] = ()
+    goal: ClassVar[str] = ""
+
+    def reset(self, seed: int) -> Observation:
+        """Start the episode of `seed` and return what the agent sees first."""
+        raise NotImplementedError(f"{type(self).__name__} must implement reset(seed)")
+
+    def step(self, action: str) -> StepOutcome:
+        """Play `action` (or, for a task that asks for one answer, check it)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step(action)")
+
+    def close(self) -> None:
+        """Release what the task holds (nothing by default)."""
+
+    def observe(self, text: str, goal: str | None = None, actions: list[str] | None = None) -> Observation:
+        """An observation of `text`, listing `actions` when the task knows them.
+
+        Its goal is `goal` when given (and kept for the episode's later observations), else the
+        one given earlier in the episode, else the class's `goal`, else `text` itself.
+        """
+        if goal is not None:
+            self._episode_goal = goal
+        shown = getattr(self, "_episode_goal", None) or self.goal or text
+        return Observation(text=text, goal=shown, admissible_actions=actions)
+
+    def proceed(self, text: str, reward: float = 0.0, actions: list[str] | None = None, **info: Any) -> StepOutcome:
+        """A step that does not end the episode."""
+        return StepOutcome(self.observe(text, actions=actions), reward, False, {"success": False, **info})
+
+    def finish(self, text: str, success: bool, reward: float | None = None, **info: Any) -> StepOutcome:
+        """The step that ends the episode; reward 1.0 for a success and 0.0 otherwise unless given."""
+        reward = (1.0 if success else 0.0) if reward is None else reward
+        return StepOutcome(self.observe(text), reward, True, {"success": success, **info})
+
+    @classmethod
+    def spec(cls) -> TaskSpec:
+        """The `TaskSpec` that registers this class (the class itself is the factory)."""
+        if "/" not in cls.name:
+            raise TaskError(f"{cls.__module__}.{cls.__qualname__}.name must be family/variant, got {cls.name!r}")
+        return TaskSpec(
+            name=cls.name,
+            factory=cls,
+            description=cls.description or (cls.__doc__ or cls.__qualname__).strip().splitlines()[0],
+            folds=cls.folds,
+            max_steps=cls.max_steps,
+            tools=tuple(cls.tools),
+        )
