@@ -74,6 +74,8 @@ def _import(module: str, ref: str):
         raise TaskError(
             f"{ref!r}: cannot import module {module!r} ({exc}); install its package, or name a file as path/to/file.py:{ref.rpartition(':')[2]}"
         ) from None
+    except Exception as exc:
+        raise TaskError(f"{ref!r}: importing {module} failed: {type(exc).__name__}: {exc}") from None
 
 
 def _load_file(where: str, ref: str):

@@ -96,7 +96,7 @@ def _add(spec: TaskSpec, origin: str) -> None:
     taken = _ORIGIN.get(spec.name)
     if taken is not None and taken != origin:
         _PROBLEMS[f"{origin}: {spec.name}"] = (
-            f"{origin} offers {spec.name}, a name {taken} already uses; it is ignored (rename it)"
+            f"{origin} offers {spec.name}, but that name is taken ({taken}); it is ignored: rename the task"
         )
         return
     _TASKS[spec.name] = spec
