@@ -152,6 +152,26 @@ class AgentSettings(BaseModel):
         default_factory=lambda: PosteriorSettings(),
         description="How the posterior policy combines the model's probabilities with memory's advantages.",
     )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="Tools offered besides the task's own: references `module:function` or "
+        "`path/to/file.py:function` to typed, documented functions (`crl run --tool`).",
+    )
+    mcp: list[str] = Field(
+        default_factory=list,
+        description="MCP servers whose tools are offered: a command line (stdio) or an http(s) URL (`crl run --mcp`).",
+    )
+    tool_calling: Literal["auto", "native", "react"] = Field(
+        "auto",
+        description="How the model calls tools: native (the backend's tool calling, openai backend), react "
+        "(written as 'Action: tool {json}' and parsed), auto (native where the backend supports it).",
+    )
+    tool_timeout_s: float = Field(30.0, gt=0, description="Seconds one tool call may take before it is an error.")
+    recall: bool = Field(
+        True,
+        description="With memory in the loop, offer tool-using episodes the `recall(query, k)` tool: the agent "
+        "searches its own experience on demand; what it shows is credited like the prompt's memories.",
+    )
 
 
 class Settings(BaseSettings):

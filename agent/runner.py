@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from crl.agent.advisor import MemoryAdvisor
@@ -23,6 +23,7 @@ from crl.tasks.base import TextEnv
 
 if TYPE_CHECKING:
     from crl.agent.llm.scoring import ActionDistribution
+    from crl.agent.tools.toolbox import Toolbox
 
 
 class Progress(Protocol):
@@ -82,6 +83,8 @@ class Runner:
             (`ListsValidActions`, ScienceWorld), the model's free reply is generated first and
             the scored actions are a candidate set built from it and memory (`agent.candidates`).
         candidate_cap: the most candidates in such a set (`agent.posterior.candidates`).
+        tools: the run's tools: every episode is tool-using (`agent.tool_turns`); with native
+            calling their definitions go with every generation request.
     """
 
     def __init__(
@@ -98,7 +101,12 @@ class Runner:
         advisor: MemoryAdvisor | RandomActor | None = None,
         posterior: PosteriorPolicy | None = None,
         candidate_cap: int = DEFAULT_CAP,
+        tools: Toolbox | None = None,
     ):
+        if tools is not None and tools.native:
+            generation = replace(config.generation, tools=list(tools.definitions()), stop=[])
+            config = replace(config, generation=generation)
+        self.tools = tools
         self.model = model
         self.make_env = make_env
         self.log = log
@@ -129,7 +137,9 @@ class Runner:
         )
         if not fresh:
             episode.started_at = plan.logged.started_at
-        session = EpisodeSession(env, episode, self.config, self.count_text_tokens, self.model.count_tokens)
+        session = EpisodeSession(
+            env, episode, self.config, self.count_text_tokens, self.model.count_tokens, tools=self.tools
+        )
         session.plan = plan
         if fresh:
             self.log.start(episode)
@@ -220,7 +230,7 @@ class Runner:
         """The environment's valid actions when this step is scored over a candidate set (the
         posterior policy, a model that scores, no admissible list, an environment that lists
         its valid actions), else None."""
-        if self.posterior is None or session.observation.admissible_actions:
+        if self.posterior is None or session.observation.admissible_actions or session.tools is not None:
             return None
         if not callable(getattr(self.model, "score_actions", None)) or not isinstance(session.env, ListsValidActions):
             return None

@@ -29,7 +29,8 @@ class RunInfo:
     (`prompts.render.templates_hash`; None for runs logged before it was recorded), so prompt
     replay can tell when they changed since. `scoring` says how actions were scored when the
     posterior policy scored them (`"local"` log-likelihoods, or the served method and counts);
-    `synthesis` what automatic synthesis made during the run and the replay steps it cost.
+    `synthesis` what automatic synthesis made during the run and the replay steps it cost;
+    `tools` the tools a tool-using run offered (`Toolbox.report`: mode, definitions, sources).
     """
 
     run_id: str
@@ -45,6 +46,7 @@ class RunInfo:
     prompt_templates: str | None = None
     scoring: dict[str, Any] | None = None
     synthesis: dict[str, Any] | None = None
+    tools: dict[str, Any] | None = None
 
 
 @dataclass

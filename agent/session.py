@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crl.agent.llm.base import Completion, GenerationConfig, Message
 from crl.agent.parsing import normalise, parse_reply
@@ -15,6 +16,9 @@ from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, P
 from crl.prompts.budget import BudgetItem, TokenCount
 from crl.prompts.state import PromptHistory
 from crl.tasks.base import Observation, TextEnv
+
+if TYPE_CHECKING:
+    from crl.agent.tools.toolbox import Toolbox
 
 DEFAULT_STOP = ["\n\n", "\nThought:", "\nObservation", "\nGoal:", "\n>"]
 
@@ -40,7 +44,11 @@ class LoopConfig:
 
 
 class EpisodeSession:
-    """Plays one episode on `env`; `episode` accumulates the trajectory as it goes."""
+    """Plays one episode on `env`; `episode` accumulates the trajectory as it goes.
+
+    With `tools`, the episode is tool-using (`agent.tool_turns`): each reply is one tool call,
+    run by the toolbox and logged as a step; `final_answer`'s argument goes to `env.step`.
+    """
 
     def __init__(
         self,
@@ -49,8 +57,10 @@ class EpisodeSession:
         config: LoopConfig,
         count: TokenCount,
         count_messages: MessageCount,
+        tools: Toolbox | None = None,
     ):
         self.env = env
+        self.tools = tools
         self.episode = episode
         self.config = config
         self._count = count
@@ -64,6 +74,7 @@ class EpisodeSession:
             self.observation = Observation(text="", goal="")
             self._finish("error", f"environment error on reset: {exc!r}")
         self.episode.goal = self.observation.goal
+        self.task_text = self.observation.text
         self.history = PromptHistory(window=config.history_window)
         self.tokens_used = 0
         self._started = time.monotonic()
@@ -72,9 +83,14 @@ class EpisodeSession:
 
     def replay(self, steps: list[Step]) -> None:
         """Re-apply logged steps (for `--resume`): the environment is deterministic per seed,
-        so stepping the logged actions restores the state the run was killed in."""
+        so stepping the logged actions restores the state the run was killed in. A logged tool
+        call is not run again: its logged result is what the agent saw."""
         for step in steps:
-            if step.valid and step.action:
+            if step.extra.tool is not None:
+                from crl.agent.tool_turns import replay_tool_step
+
+                replay_tool_step(self, step)
+            elif step.valid and step.action:
                 self._tried.setdefault(self.observation.text, set()).add(step.action)
                 obs, _, _, info = self.env.step(step.action)
                 self._advance(step.action, obs, step, info)
@@ -95,9 +111,15 @@ class EpisodeSession:
         """The chat prompt for the next step, fitted into the prompt budget; how it was fitted
         is kept for the step record (`last_prompt`)."""
         obs = self.observation
+        if self.tools is not None:
+            state = self.history.state(obs.goal, self.task_text)
+            fmt = PromptFormat(self.config.react, self.reply_prefix, self.tools.definitions(), self.tools.native)
+        else:
+            state = self.history.state(obs.goal, obs.text, obs.admissible_actions)
+            fmt = PromptFormat(react=self.config.react, reply_prefix=self.reply_prefix)
         messages, report = assemble_prompt(
-            self.history.state(obs.goal, obs.text, obs.admissible_actions),
-            PromptFormat(react=self.config.react, reply_prefix=self.reply_prefix),
+            state,
+            fmt,
             PromptBudget(
                 tokens=self.config.max_prompt_tokens,
                 max_observation_tokens=self.config.max_observation_tokens,
@@ -107,7 +129,8 @@ class EpisodeSession:
             memory_items,
         )
         mode = self.config.log_prompts
-        if mode == "all" or (mode == "memory" and report.memory_keys):
+        # A tool-using prompt cannot be rebuilt from the log (it lists the run's tools): keep it.
+        if mode == "all" or (mode == "memory" and report.memory_keys) or (self.tools is not None and mode != "off"):
             report.messages = [dict(m) for m in messages]
         self.last_prompt = report
         return messages
@@ -116,7 +139,7 @@ class EpisodeSession:
     def reply_prefix(self) -> str:
         """What the reply is primed with: the first marker of the format, when the backend
         continues a partial assistant message."""
-        if not self.config.prefill:
+        if not self.config.prefill or (self.tools is not None and self.tools.native):
             return ""
         return "Thought:" if self.config.react else "Action:"
 
@@ -149,6 +172,10 @@ class EpisodeSession:
         yet tried here; the step records the replacement and `decided_by`. Other policies
         keep their choice (the memory policy avoids repeats itself; random stays random).
         """
+        if self.tools is not None:
+            from crl.agent.tool_turns import apply_tool_reply
+
+            return apply_tool_reply(self, completion or Completion(text="", finish_reason="none"), memory)
         asked_model = completion is not None
         completion = completion or Completion(text="", finish_reason="none")
         raw = self.reply_prefix + completion.text if asked_model else ""
@@ -215,13 +242,13 @@ class EpisodeSession:
             return None
         return random.Random(f"{self.episode.task}:{self.episode.seed}:{index}").choice(options)
 
-    def _advance(self, action: str, obs: Observation, step: Step, info: dict) -> None:
+    def _advance(self, action: str, obs: Observation, step: Step, info: dict, call: dict | None = None) -> None:
         key = (self.observation.text, action)
         repeats = self._seen.get(key, 0)
         self._seen[key] = repeats + 1
         if repeats:
             step.extra.repeat = repeats
-        self.history.acted(action, obs.text, repeated=bool(repeats))
+        self.history.acted(action, obs.text, repeated=bool(repeats), call=call)
         self.observation = obs
         self.episode.total_return += float(step.reward)
         subgoals = info.get("subgoals")

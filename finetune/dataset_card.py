@@ -26,6 +26,7 @@ CARD_FILE = "card.json"
 README_FILE = "README.md"
 FORMATS = {"sft": "conversational prompt-completion", "dpo": "conversational preference (prompt/chosen/rejected)"}
 TRL_COLUMNS = {"sft": ["prompt", "completion"], "dpo": ["prompt", "chosen", "rejected"]}
+TRL_OPTIONAL_COLUMNS = ["tools"]  # tool definitions of native tool-call rows (TRL hands them to the chat template)
 
 
 class DatasetCard(BaseModel):
@@ -155,7 +156,10 @@ def load_rows(dataset_dir: str | Path, trl_only: bool = False):
             f"{data} changed after its card was written (sha256 {actual[:12]} != {card.sha256[:12]}); rebuild the dataset"
         )
     rows = datasets.load_dataset("json", data_files=str(data), split="train")
-    return rows.select_columns(TRL_COLUMNS[card.kind]) if trl_only else rows
+    if not trl_only:
+        return rows
+    optional = [c for c in TRL_OPTIONAL_COLUMNS if c in rows.column_names]
+    return rows.select_columns(TRL_COLUMNS[card.kind] + optional)
 
 
 def resolve_dataset(datasets_dir: str | Path, ref: str | Path) -> Path:

@@ -53,6 +53,7 @@ class PromptShape:
     max_prompt_tokens: int = 1024
     max_observation_tokens: int = 400
     templates: str | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
 
     @property
     def templates_changed(self) -> bool:
@@ -60,12 +61,15 @@ class PromptShape:
         return self.templates is not None and self.templates != templates_hash()
 
     @classmethod
-    def from_run_settings(cls, settings: dict[str, Any], templates: str | None = None) -> "PromptShape":
+    def from_run_settings(
+        cls, settings: dict[str, Any], templates: str | None = None, tools: dict[str, Any] | None = None
+    ) -> "PromptShape":
         """The shape recorded in a run's settings snapshot.
 
         `reply_format = auto` means react for every model but the embedded one, which is
         what an unset `llm.model` selects (see `agent.app.uses_react`). `templates` is the
-        run's template hash (`RunInfo.prompt_templates`).
+        run's template hash (`RunInfo.prompt_templates`); `tools` what a tool-using run offered
+        (`RunInfo.tools`: its definitions become the SFT rows' `tools` column).
         """
         agent = settings.get("agent", {}) or {}
         llm = settings.get("llm", {}) or {}
@@ -79,6 +83,7 @@ class PromptShape:
             max_prompt_tokens=int(agent.get("max_prompt_tokens", 1024)),
             max_observation_tokens=int(agent.get("max_observation_tokens", 400)),
             templates=templates,
+            tools=tuple(tools.get("definitions") or ()) if tools else None,
         )
 
 
@@ -98,7 +103,9 @@ def load_prompt_shape(runs_dir: str | Path | None, run_id: str, steps: Sequence[
         run_file = Path(runs_dir) / run_id / "run.json"
         if run_file.is_file():
             info = json.loads(_run_settings(str(run_file)))
-            shape = PromptShape.from_run_settings(info.get("settings", {}), info.get("prompt_templates"))
+            shape = PromptShape.from_run_settings(
+                info.get("settings", {}), info.get("prompt_templates"), info.get("tools")
+            )
             if shape.templates_changed:
                 _warn_templates_changed(run_id, shape.templates)
             return shape
@@ -207,7 +214,10 @@ def _one(
     if has_memory and memory_prompts == "skip":
         return "prompt-has-memory"
     if report is not None and report.messages is not None and (memory_prompts == "keep" or not has_memory):
-        return StepPrompt([dict(m) for m in report.messages if m.get("role") != "assistant"])
+        return StepPrompt(_without_primed_reply(report.messages))
+    if step.extra.tool is not None:
+        # A tool-using prompt lists the run's tools and is logged whole; it cannot be rebuilt.
+        return "tool-prompt-has-memory" if has_memory else "tool-prompt-not-logged"
     fmt = PromptFormat(react=shape.react)
     shortened = bool(report and (report.history_dropped or report.observation_truncated))
     notes = ["memory section stripped"] if has_memory else []
@@ -240,6 +250,15 @@ def _one(
         if report.tokens not in (counter.count_messages(primed), counter.count_messages(messages)):
             return "prompt-mismatch"
     return StepPrompt(messages, exact=not notes, note="; ".join(notes), templates_changed=shape.templates_changed)
+
+
+def _without_primed_reply(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The logged messages without the primed reply (a trailing assistant message); earlier
+    assistant turns (native tool calls) stay."""
+    out = [dict(m) for m in messages]
+    if out and out[-1].get("role") == "assistant" and not out[-1].get("tool_calls"):
+        out.pop()
+    return out
 
 
 def _prefix(shape: PromptShape) -> str:

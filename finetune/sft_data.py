@@ -44,6 +44,7 @@ from crl.finetune.posterior_targets import LoggedPosterior, soft_targets
 from crl.finetune.prompt_replay import PromptCounter, PromptShape, StepPrompt, replay_prompts
 from crl.finetune.source import LoadedEpisodes, SourceEpisode
 from crl.finetune.synthetic_weight import weigh_synthetic
+from crl.finetune.tool_rows import is_native_call, tool_completion, tool_skip_reason, tools_column, trl_messages
 from crl.memory.ingest import history_action
 from crl.memory.records import state_text
 from crl.memory.trajectory import Step
@@ -171,23 +172,30 @@ def build_sft(
             if isinstance(prompt, str):
                 dropped[prompt] += 1
                 continue
-            reply = reply_text(step, episode.shape, config.completion)
-            if not reply:
+            tools = episode.shape.tools
+            skip = tool_skip_reason(step, tools)
+            if skip is not None:
+                dropped[skip] += 1
+                continue
+            native = is_native_call(step)
+            reply = "" if native else reply_text(step, episode.shape, config.completion)
+            if not reply and not native:
                 dropped["empty-reply"] += 1
                 continue
             stripped += "memory section stripped" in prompt.note
             not_asked += prompt.note.startswith("model not asked")
             templates_changed += prompt.templates_changed
             exact.append(prompt.exact)
-            candidates.append(
-                {
-                    "prompt": prompt.messages,
-                    "completion": [{"role": "assistant", "content": reply}],
-                    "task": episode.record.task,
-                    "episode_id": episode.id,
-                    "step_id": episode.step_id(step.index),
-                }
-            )
+            row = {
+                "prompt": trl_messages(prompt.messages) if native else prompt.messages,
+                "completion": tool_completion(step) if native else [{"role": "assistant", "content": reply}],
+                "task": episode.record.task,
+                "episode_id": episode.id,
+                "step_id": episode.step_id(step.index),
+            }
+            if native:
+                row["tools"] = tools_column(tools)
+            candidates.append(row)
             states.append(step_state_text(episode.record.goal, episode.steps, step.index))
             sources.append(step)
             synthetic.append(episode.record.source == "synthetic")
@@ -294,7 +302,7 @@ def dedupe(
     kept_by_reply: dict[str, list[int]] = {}
     out: list[int] = []
     for pos, i in enumerate(keep):
-        reply = rows[i]["completion"][0]["content"]
+        reply = json.dumps(rows[i]["completion"], sort_keys=True)
         same = kept_by_reply.setdefault(reply, [])
         if same and float(np.max(vectors[same] @ vectors[pos])) >= threshold:
             dropped["near-duplicate"] += 1

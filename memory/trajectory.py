@@ -116,7 +116,59 @@ class MemoryOffer:
         return cls(**known, unknown=unknown)
 
 
-_NESTED = {"prompt": PromptReport, "memory": MemoryOffer, "policy": PolicyDecision, "loop_break": LoopBreak}
+@dataclass
+class ToolCallRecord:
+    """A tool call the step made, and what came of it (the step's action is its canonical text,
+    `name {json arguments}`).
+
+    Attributes:
+        name: the tool called (as written, when no such tool exists).
+        arguments: the arguments, parsed (None when they could not be read).
+        mode: "native" (the API's tool calls) or "react" (written as text and parsed).
+        status: "ok", "error" (the tool raised), "timeout", "invalid" (arguments do not fit the
+            schema), "unknown" (no such tool), "unreadable" (no call could be read) or
+            "answer" (`final_answer`: the argument went to the task, which checked it).
+        result: what the model was shown: the tool's result or why the call failed.
+        call_id: the native call's id (the tool turn answers it).
+        seconds: how long the tool ran.
+        cached: the outcome was replayed from an earlier execution with the same idempotency key.
+        memory_ids: the stored memories the tool showed (`recall`); credited with the episode.
+        unknown: logged keys this version does not know, kept as they were.
+    """
+
+    name: str
+    arguments: dict[str, Any] | None = None
+    mode: str = "react"
+    status: str = "ok"
+    result: str = ""
+    call_id: str | None = None
+    seconds: float = 0.0
+    cached: bool = False
+    memory_ids: list[str] | None = None
+    unknown: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The logged form (`memory_ids` only when the tool showed memories)."""
+        out = _fields_dict(self)
+        if not out.get("memory_ids"):
+            out.pop("memory_ids", None)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ToolCallRecord":
+        """The call from its logged form."""
+        known, unknown = _split(cls, data)
+        known.setdefault("name", "")
+        return cls(**known, unknown=unknown)
+
+
+_NESTED = {
+    "prompt": PromptReport,
+    "memory": MemoryOffer,
+    "policy": PolicyDecision,
+    "loop_break": LoopBreak,
+    "tool": ToolCallRecord,
+}
 
 
 @dataclass
@@ -137,6 +189,7 @@ class StepExtra:
         loop_break: set when the loop breaker replaced a repeated reply.
         feedback: why the reply could not be used (the next prompt's note).
         repeat: how many times this action was taken in this same situation before.
+        tool: the tool call the step made and its outcome (tool-using tasks only).
         unknown: keys this version does not know, kept so that nothing is lost.
     """
 
@@ -148,6 +201,7 @@ class StepExtra:
     loop_break: LoopBreak | None = None
     feedback: str | None = None
     repeat: int | None = None
+    tool: ToolCallRecord | None = None
     unknown: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,7 +273,7 @@ class Step:
         latency_s: wall time of generation for this step (shared by the batch it was in).
         decided_by: which policy chose the action ("llm", "memory", "scripted", "random", ...).
         extra: the typed extras (`StepExtra`): prompt report, memory offered, policy decision,
-            feedback, loop break, repeats. A dict given here is read with `StepExtra.from_dict`.
+            feedback, loop break, repeats, tool call. A dict given here is read with `StepExtra.from_dict`.
         time: when the step was logged (UNIX seconds).
     """
 

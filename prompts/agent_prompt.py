@@ -33,10 +33,16 @@ class PromptFormat:
         react: ask for `Thought:` then `Action:` (True) or for `Action:` alone.
         reply_prefix: when non-empty, a trailing assistant message that the local backend
             continues, priming the reply format.
+        tools: the tool definitions of a tool-using episode (`tool_system.j2`, `tool_step.j2`);
+            empty for a game, which picks among actions.
+        native: the tools are called through the API (history as assistant and tool turns)
+            rather than written as text in the reply.
     """
 
     react: bool = True
     reply_prefix: str = ""
+    tools: tuple[dict, ...] = ()
+    native: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,8 @@ def build_agent_messages(state: PromptState, fmt: PromptFormat, memory: str = ""
         fmt: the reply format.
         memory: the rendered memory section (`render_memory`), or "".
     """
+    if fmt.tools:
+        return _tool_messages(state, fmt, memory)
     messages = [
         {"role": "system", "content": render("system.j2", react=fmt.react)},
         {
@@ -90,6 +98,38 @@ def build_agent_messages(state: PromptState, fmt: PromptFormat, memory: str = ""
         },
     ]
     if fmt.reply_prefix:
+        messages.append({"role": "assistant", "content": fmt.reply_prefix})
+    return messages
+
+
+def _tool_messages(state: PromptState, fmt: PromptFormat, memory: str) -> list[dict]:
+    """The messages of a tool-using step: the tools and call format, the task, the calls so far
+    (in the user turn as text, or with native calls as assistant `tool_calls` and `tool` turns)."""
+    system = render("tool_system.j2", tools=list(fmt.tools), native=fmt.native, react=fmt.react)
+    listed = [] if fmt.native else list(state.history)
+    note = None if fmt.native else state.feedback
+    user = render("tool_step.j2", goal=state.goal, memory=memory, task=state.observation, history=listed, feedback=note)
+    messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    if fmt.native:
+        for h in state.history:
+            if h.call is None:
+                messages.append({"role": "assistant", "content": h.action})
+                messages.append({"role": "user", "content": h.feedback})
+                continue
+            function = {"name": h.call["name"], "arguments": h.call["arguments"]}
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": h.call["id"], "type": "function", "function": function}],
+                }
+            )
+            messages.append(
+                {"role": "tool", "tool_call_id": h.call["id"], "name": h.call["name"], "content": h.feedback}
+            )
+    if fmt.native and state.feedback:
+        messages.append({"role": "user", "content": f"Note: {state.feedback}"})
+    if fmt.reply_prefix and not fmt.native:
         messages.append({"role": "assistant", "content": fmt.reply_prefix})
     return messages
 

@@ -14,7 +14,17 @@ TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 # The templates of the agent's step prompt: what a run's template hash covers (the reflector's
 # prompt does not shape what the agent saw, so changing it leaves replay exact).
-AGENT_TEMPLATES = ("system.j2", "step.j2", "memory.j2", "case.j2", "hint.j2", "action_value.j2", "feedback.j2")
+AGENT_TEMPLATES = (
+    "system.j2",
+    "step.j2",
+    "memory.j2",
+    "case.j2",
+    "hint.j2",
+    "action_value.j2",
+    "feedback.j2",
+    "tool_system.j2",
+    "tool_step.j2",
+)
 
 
 def shorten(text: str, limit: int) -> str:

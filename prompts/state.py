@@ -18,10 +18,15 @@ NO_ACTION = "(no action)"
 
 @dataclass(frozen=True)
 class HistoryItem:
-    """A past step as the prompt shows it: the action and the feedback it got."""
+    """A past step as the prompt shows it: the action and the feedback it got.
+
+    `call` is set on a native tool call (`{"id", "name", "arguments"}`, arguments as JSON text),
+    which the prompt shows as an assistant turn with `tool_calls` and the feedback as the tool's turn.
+    """
 
     action: str
     feedback: str
+    call: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,17 +63,21 @@ class PromptHistory:
     items: list[HistoryItem] = field(default_factory=list)
     feedback: str | None = None
 
-    def acted(self, action: str, next_observation: str, repeated: bool = False) -> None:
-        """`action` reached the environment, which answered `next_observation`; `repeated`
-        when it had been taken in this same situation before (the next prompt says so)."""
+    def acted(
+        self, action: str, next_observation: str, repeated: bool = False, call: dict[str, str] | None = None
+    ) -> None:
+        """`action` reached the environment (or a tool), which answered `next_observation`;
+        `repeated` when it had been taken in this same situation before (the next prompt says
+        so); `call` when it was a native tool call (see `HistoryItem`)."""
         self.feedback = repeat_note(action) if repeated else None
-        self.items.append(HistoryItem(action, next_observation))
+        self.items.append(HistoryItem(action, next_observation, call))
 
-    def unusable(self, raw_action: str, error: str | None) -> None:
+    def unusable(self, raw_action: str, error: str | None, call: dict[str, str] | None = None) -> None:
         """The reply gave no usable action (`raw_action` as written, possibly ""); `error`
-        tells the model why, in the history and as the next prompt's note."""
-        self.feedback = error
-        self.items.append(HistoryItem(raw_action or NO_ACTION, error or ""))
+        tells the model why, in the history and as the next prompt's note (for a native tool
+        call, `call`, the error is the tool's answer instead)."""
+        self.feedback = None if call else error
+        self.items.append(HistoryItem(raw_action or NO_ACTION, error or "", call))
 
     def recent(self) -> list[HistoryItem]:
         """The steps the prompt shows: the last `window` (none when the window is 0)."""

@@ -3,6 +3,10 @@
 Endpoints: `POST /v1/chat/completions` (non-streaming) and `GET /v1/models`. Requests
 that arrive together with the same decoding settings are generated as one batch, so a
 client sending concurrent requests (the `openai` backend does) gets batched generation.
+Tool calling is served as OpenAI does it: a request's `tools` reach the model in
+`GenerationConfig.tools`, conversations may hold assistant `tool_calls` and `tool` turns, and a
+reply whose `Completion.tool_calls` is set (a `ScriptedModel` scripted with
+`Completion("", tool_calls=[...])`) comes back as `tool_calls` with finish reason "tool_calls".
 Two scoring extensions can be switched on, as real servers offer them:
 `systemone=True` answers `POST /v1/systemone` (transformers serve's `choice` questions)
 with the served model's `score_actions`, and `prompt_logprobs=` (a `PromptLogprobs`, such as
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from crl.agent.llm.base import ChatModel, Completion, GenerationConfig, Message
 
@@ -57,17 +61,59 @@ class _TextPart(BaseModel):
     text: str
 
 
+class _FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: str
+
+
+class _ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    type: Literal["function"] = "function"
+    function: _FunctionCall
+
+
 class _ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[_TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[_TextPart] | None = None
     name: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _answers_a_call(self) -> "_ChatMessage":
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
 
     def to_message(self) -> Message:
         content = self.content
         if isinstance(content, list):
             content = "".join(part.text for part in content)
-        return {"role": self.role, "content": content}
+        message: Message = {"role": self.role, "content": content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.role == "tool":
+            message["tool_call_id"] = self.tool_call_id or ""
+            if self.name:
+                message["name"] = self.name
+        return message
+
+
+class _FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class _ToolDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    function: _FunctionDef
 
 
 class ChatCompletionRequest(BaseModel):
@@ -91,6 +137,8 @@ class ChatCompletionRequest(BaseModel):
     user: str | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+    tools: list[_ToolDef] | None = None
+    tool_choice: Literal["auto", "none", "required"] | None = None
     prompt_logprobs: int | None = Field(default=None, ge=0)
     continue_final_message: bool | None = None
     add_generation_prompt: bool | None = None
@@ -103,12 +151,14 @@ class ChatCompletionRequest(BaseModel):
         """The decoding settings as a `GenerationConfig`."""
         max_new = self.max_completion_tokens or self.max_tokens or GenerationConfig().max_new_tokens
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        tools = [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
         return GenerationConfig(
             max_new_tokens=max_new,
             temperature=self.temperature,
             top_p=self.top_p,
             stop=stop,
             seed=self.seed,
+            tools=None if self.tool_choice == "none" else tools,
         )
 
 
@@ -452,6 +502,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _completion_body(self, completion: Completion) -> dict[str, Any]:
         finish = completion.finish_reason if completion.finish_reason == "length" else "stop"
+        message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+        if completion.tool_calls:
+            message["content"] = completion.text or None
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in completion.tool_calls
+            ]
+            finish = "tool_calls"
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -460,7 +518,7 @@ class _Handler(BaseHTTPRequestHandler):
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": completion.text},
+                    "message": message,
                     "finish_reason": finish,
                     "logprobs": None,
                 }

@@ -25,6 +25,7 @@ from crl.agent.cli.common import (
     PolicyOpt,
     Rerank,
     RerankOpt,
+    choices,
     command,
     effective_settings,
     emit,
@@ -37,6 +38,26 @@ from crl.agent.cli.common import (
 from crl.agent.cli.progress import EpisodeProgress
 
 app = typer.Typer()
+
+ToolOpt = typer.Option(
+    None,
+    "--tool",
+    help="Offer a tool: module:function or path/to/file.py:function (a typed function with a Google docstring). Repeatable.",
+)
+McpOpt = typer.Option(
+    None,
+    "--mcp",
+    help='Offer an MCP server\'s tools: a command line ("python server.py") or an http(s) URL. Repeatable.',
+)
+ToolCalling = choices("ToolCalling", ["auto", "native", "react"])  # agent.tool_calling
+ToolCallingOpt = typer.Option(
+    None, "--tool-calling", help="How tools are called: auto (native where the backend supports it), native or react."
+)
+
+
+def tool_flags(tools: list[str] | None, mcp: list[str] | None, tool_calling: ToolCalling | None) -> dict[str, Any]:
+    """The tool flags as settings overrides (the task's own tools are added by the run)."""
+    return {"agent__tools": tools or None, "agent__mcp": mcp or None, "agent__tool_calling": tool_calling}
 
 
 def report_view(report: dict[str, Any], title: str):
@@ -91,6 +112,9 @@ def run(
     backend: Backend | None = BackendOpt,
     base_url: str | None = BaseUrlOpt,
     adapter: str | None = AdapterOpt,
+    tool: list[str] | None = ToolOpt,
+    mcp: list[str] | None = McpOpt,
+    tool_calling: ToolCalling | None = ToolCallingOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Play episodes of a task with the agent and log every step."""
@@ -107,6 +131,7 @@ def run(
             finetune__auto_after_run=finetune_auto,
             **memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank),
             **model_flags(model, backend, base_url, adapter),
+            **tool_flags(tool, mcp, tool_calling),
         )
     )
     if resume:
@@ -151,6 +176,9 @@ def evaluate(
     backend: Backend | None = BackendOpt,
     base_url: str | None = BaseUrlOpt,
     adapter: str | None = AdapterOpt,
+    tool: list[str] | None = ToolOpt,
+    mcp: list[str] | None = McpOpt,
+    tool_calling: ToolCalling | None = ToolCallingOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Success rate (with a 95% interval), mean steps and invalid-action rate on held-out seeds."""
@@ -163,6 +191,7 @@ def evaluate(
             memory__url=memory_url,
             **memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility, rerank),
             **model_flags(model, backend, base_url, adapter),
+            **tool_flags(tool, mcp, tool_calling),
         )
     )
     crl.get_task(task)

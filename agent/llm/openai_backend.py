@@ -10,6 +10,11 @@ of the local backend. OpenAI-compatible servers treat a trailing assistant messa
 different ways, so this backend drops it from the request and returns the server's
 reply as is; the agent's parser accepts both forms.
 
+Native tool calling: when `GenerationConfig.tools` is set, the request offers them (`tools`,
+`tool_choice="auto"`) and the reply's `tool_calls` come back in `Completion.tool_calls`;
+conversations may hold assistant turns with `tool_calls` and `tool` turns, sent as they are.
+OpenAI, vLLM (with `--enable-auto-tool-choice`), Ollama and llama.cpp (`--jinja`) serve them.
+
 Scoring admissible actions (`score_actions`, the posterior policy) goes through the first
 method the server offers: transformers' `/v1/systemone`, vLLM's `prompt_logprobs`, or k
 sampled replies mapped onto the actions (`agent.llm.served_scoring`); `scoring_method` and
@@ -27,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import openai
 
-from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
+from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, ToolCall, cut_at_stop
 from crl.agent.llm.served_scoring import ServedEndpointError, ServedScorer, ServedScoringOptions
 from crl.agent.llm.tokens import TiktokenCounter
 
@@ -79,6 +84,7 @@ class OpenAIChatModel:
     """
 
     supports_prefill = False
+    supports_tools = True
 
     def __init__(
         self,
@@ -213,12 +219,18 @@ class OpenAIChatModel:
         choice = response.choices[0]
         text, stopped = cut_at_stop(choice.message.content or "", config.stop)
         usage = response.usage
+        calls = [
+            ToolCall(id=c.id or f"call_{i}", name=c.function.name, arguments=c.function.arguments or "{}")
+            for i, c in enumerate(choice.message.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
         return Completion(
             text=text,
             prompt_tokens=usage.prompt_tokens if usage else self.count_tokens(sent),
             completion_tokens=usage.completion_tokens if usage else self._counter.count_text(text),
             latency_s=latency,
             finish_reason="stop" if stopped else (choice.finish_reason or "stop"),
+            tool_calls=calls,
         )
 
     def _request(self, messages: list[Message], config: GenerationConfig) -> dict:
@@ -234,6 +246,9 @@ class OpenAIChatModel:
             request["stop"] = stop
         if config.seed is not None:
             request["seed"] = config.seed
+        if config.tools:
+            request["tools"] = config.tools
+            request["tool_choice"] = "auto"
         return request
 
     def _where(self) -> str:

@@ -13,7 +13,7 @@ from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, 
 if TYPE_CHECKING:
     from crl.agent.llm.scoring import ActionDistribution
 
-Script = list[str] | Callable[[list[Message]], str]
+Script = list[str | Completion] | Callable[[list[Message]], str | Completion]
 
 SCRIPTED_MISS_LOGPROB = -5.0
 """The log-likelihood `ScriptedModel.score_actions` gives a candidate its script does not name."""
@@ -31,7 +31,9 @@ class ScriptedModel:
     """A chat model whose replies are written in advance, for tests.
 
     Each conversation in a batch takes the next reply from the list, in order; or, when
-    `replies` is a function, the reply is `replies(messages)` for that conversation. Stop
+    `replies` is a function, the reply is `replies(messages)` for that conversation. A reply
+    may be a `Completion` (to script native tool calls: `Completion("", tool_calls=[...])`),
+    returned as it is with the prompt's token count filled in. Stop
     sequences are applied as a real backend would (`cut_at_stop`); `max_new_tokens` is not.
     Every call is recorded in `.calls`. Safe to call from several threads.
 
@@ -43,9 +45,12 @@ class ScriptedModel:
         'Thought: look\\nAction: go north'
     """
 
-    def __init__(self, replies: Script, name: str = "scripted", supports_prefill: bool = True) -> None:
+    def __init__(
+        self, replies: Script, name: str = "scripted", supports_prefill: bool = True, supports_tools: bool = False
+    ) -> None:
         self.name = name
         self.supports_prefill = supports_prefill
+        self.supports_tools = supports_tools
         self.calls: list[ScriptedCall] = []
         self._replies = replies if callable(replies) else list(replies)
         self._next = 0
@@ -66,6 +71,9 @@ class ScriptedModel:
             raw = self._replies_for(batch)
         completions = []
         for conversation, text in zip(batch, raw):
+            if isinstance(text, Completion):
+                completions.append(replace(text, prompt_tokens=self.count_tokens(conversation)))
+                continue
             text, _ = cut_at_stop(text, config.stop)
             completions.append(
                 Completion(
@@ -97,6 +105,7 @@ class ScriptedModel:
             raw = self._replies_for(batch)
         out = []
         for conversation, text, actions in zip(batch, raw, candidates):
+            text = text.text if isinstance(text, Completion) else text
             table = _logprob_table(text)
             if table is None:
                 wanted = text.strip().removeprefix("Action:").strip().lower()
@@ -111,9 +120,9 @@ class ScriptedModel:
 
     def count_tokens(self, messages: list[Message]) -> int:
         """Approximate prompt size: whitespace-separated words over all contents."""
-        return sum(_word_count(m["content"]) for m in messages)
+        return sum(_word_count(m.get("content") or "") for m in messages)
 
-    def _replies_for(self, batch: list[list[Message]]) -> list[str]:
+    def _replies_for(self, batch: list[list[Message]]) -> list[str | Completion]:
         if callable(self._replies):
             return [self._replies(conversation) for conversation in batch]
         left = len(self._replies) - self._next

@@ -10,6 +10,7 @@ with `TIKTOKEN_CACHE_DIR` set to a folder, copy that folder over, and point
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -115,7 +116,11 @@ class TiktokenCounter:
     def count(self, messages: list[Message]) -> int:
         """Prompt tokens for `messages`, including the chat format's framing."""
         return TOKENS_PER_REPLY + sum(
-            TOKENS_PER_MESSAGE + self.count_text(m["role"]) + self.count_text(m["content"]) for m in messages
+            TOKENS_PER_MESSAGE
+            + self.count_text(m["role"])
+            + self.count_text(m.get("content") or "")
+            + (self.count_text(json.dumps(m["tool_calls"])) if m.get("tool_calls") else 0)
+            for m in messages
         )
 
     def count_text(self, text: str) -> int:
