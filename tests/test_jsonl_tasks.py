@@ -231,3 +231,14 @@ def test_env_options_pass_the_runs_model_as_judge(tmp_path, clean_registry, monk
     assert "judge" not in env_options(settings, "keyroom/key")
     with pytest.raises(TaskError, match="needs a judging model"):
         make_env("jsonl/judged")
+
+
+def test_every_command_finds_added_tasks_through_the_settings(tmp_path, crl_home, clean_registry):
+    from crl.agent.cli.common import effective_settings
+
+    add_registration(registrations_path(crl_home), "mult", write_items(tmp_path / "m.jsonl", qa_items(9)), NUMERIC)
+    use_user_tasks(None)
+    with pytest.raises(ValueError, match="unknown task"):
+        get_task("jsonl/mult")
+    effective_settings()
+    assert get_task("jsonl/mult").name == "jsonl/mult"

@@ -140,10 +140,18 @@ def overrides(**flags: Any) -> dict[str, Any]:
 
 
 def effective_settings(flags: dict[str, Any] | None = None) -> Settings:
-    """The effective settings: defaults < TOML file (`--config`) < environment < `flags` (from `overrides`)."""
-    from crl.agent.config import load_settings
+    """The effective settings: defaults < TOML file (`--config`) < environment < `flags` (from `overrides`).
 
-    return load_settings(overrides() if flags is None else flags, STATE["config"])
+    The task registry is pointed at the data directory's added tasks (`crl tasks add`), so every
+    command that names a task finds them.
+    """
+    from crl.agent.config import load_settings
+    from crl.tasks.registrations import registrations_path
+    from crl.tasks.registry import use_user_tasks
+
+    settings = load_settings(overrides() if flags is None else flags, STATE["config"])
+    use_user_tasks(registrations_path(settings.home))
+    return settings
 
 
 # ---- shared options -------------------------------------------------------------------------

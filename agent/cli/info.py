@@ -52,13 +52,10 @@ app.add_typer(tasks_app, name="tasks", help="List the tasks; `crl tasks add` reg
 
 
 def use_added_tasks() -> Path:
-    """Point the task registry at this data directory's added tasks; return that file's path."""
+    """Point the task registry at this data directory's added tasks (again, after a change); return that file."""
     from crl.tasks.registrations import registrations_path
-    from crl.tasks.registry import use_user_tasks
 
-    path = registrations_path(effective_settings().home)
-    use_user_tasks(path)
-    return path
+    return registrations_path(effective_settings().home)
 
 
 def short_ref(ref: str) -> str:
