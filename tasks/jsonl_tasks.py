@@ -44,6 +44,14 @@ def check_name(name: str) -> str:
     return short
 
 
+def default_name(path: str | Path) -> str:
+    """The name a file's task gets when none is given: its stem, lower-cased, other characters as `-`.
+
+    Example: `default_name("data/My Questions.jsonl")` is `"my-questions"`.
+    """
+    return re.sub(r"[^a-z0-9_.-]+", "-", Path(path).stem.lower()).strip("-.") or "items"
+
+
 def items_for(path: str | Path, checker: CheckerSpec) -> ItemSet:
     """The validated items of `path` for `checker` (re-read only when the file changes)."""
     path = Path(path).expanduser().resolve()
@@ -104,7 +112,7 @@ class JsonlEnv:
     ):
         self.checker_spec = CheckerSpec.parse(checker) if isinstance(checker, str) else checker
         self.items = items_for(path, self.checker_spec)
-        self.name = name or f"{FAMILY}/{check_name(Path(path).stem.lower())}"
+        self.name = name or f"{FAMILY}/{default_name(path)}"
         self.checker = make_checker(self.checker_spec, judge, judge_model)
         self.item: Item | None = None
         self.fold: str | None = None

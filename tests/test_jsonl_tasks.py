@@ -12,7 +12,7 @@ from crl.agent.cli.main import app
 from crl.tasks.base import FOLDS, TaskError
 from crl.tasks.checkers import CheckerSpec, item_validator
 from crl.tasks.jsonl_items import hashed_fold, load_items
-from crl.tasks.jsonl_tasks import JsonlEnv, jsonl_spec
+from crl.tasks.jsonl_tasks import JsonlEnv, default_name, jsonl_spec
 from crl.tasks.registrations import add_registration, read_registrations, registrations_path
 from crl.tasks.registry import fold_seeds, get_task, make_env, register, task_problems, use_user_tasks
 from tests.task_fixtures import clean_registry, qa_items, write_items  # noqa: F401
@@ -242,3 +242,11 @@ def test_every_command_finds_added_tasks_through_the_settings(tmp_path, crl_home
         get_task("jsonl/mult")
     effective_settings()
     assert get_task("jsonl/mult").name == "jsonl/mult"
+
+
+def test_a_file_without_a_name_is_named_after_its_stem(tmp_path, crl_home, clean_registry):
+    assert default_name("data/My Questions.jsonl") == "my-questions"
+    items = write_items(tmp_path / "Times Table.jsonl", qa_items(9))
+    r = invoke("tasks", "add", str(items), "--checker", "numeric", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["name"] == "jsonl/times-table" and get_task("jsonl/times-table").max_steps == 6

@@ -136,7 +136,9 @@ def tasks_add(
     tools: list[str] = typer.Option(
         [], "--tool", "-t", help="Tool offered to the agent: module:function or file.py:function (repeatable)."
     ),
-    max_steps: int = typer.Option(6, "--max-steps", help="Steps per episode: tool calls plus the final answer."),
+    max_steps: int | None = typer.Option(
+        None, "--max-steps", help="Steps per episode: tool calls plus the final answer (default 6)."
+    ),
     abs_tol: float | None = typer.Option(None, "--abs-tol", help="numeric: absolute tolerance (default 1e-6)."),
     rel_tol: float | None = typer.Option(None, "--rel-tol", help="numeric: relative tolerance (default 1e-6)."),
     search: bool = typer.Option(False, "--search", help="regex: the pattern may match anywhere, not the whole answer."),
@@ -147,7 +149,7 @@ def tasks_add(
 ) -> None:
     """Register a JSONL task as jsonl/NAME (kept in the data directory for later `crl run`)."""
     from crl.tasks.checkers import CheckerSpec
-    from crl.tasks.jsonl_tasks import items_for
+    from crl.tasks.jsonl_tasks import DEFAULT_MAX_STEPS, default_name, items_for
     from crl.tasks.registrations import add_registration
 
     options = {"abs_tol": abs_tol, "rel_tol": rel_tol, "fullmatch": False if search else None}
@@ -155,7 +157,14 @@ def tasks_add(
     spec_of_checker = CheckerSpec.parse(checker, **options)
     path = use_added_tasks()
     spec = add_registration(
-        path, name or items.stem.lower(), items, spec_of_checker, tuple(tools), max_steps, description, replace
+        path,
+        name or default_name(items),
+        items,
+        spec_of_checker,
+        tuple(tools),
+        max_steps or DEFAULT_MAX_STEPS,
+        description,
+        replace,
     )
     use_added_tasks()
     held = items_for(items, spec_of_checker)
