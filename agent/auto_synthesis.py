@@ -5,7 +5,9 @@
     hook.finish()                                      # a last pass for the episodes left over
 
 Each pass relabels the failures of the run's family not looked at before and, when the run's
-task declares sub-goals, stitches it on the worlds played where it has no success yet. Every
+task is stitchable (a compound task with a declared order, or one whose episodes report score
+points), stitches it on the worlds played where it has no success yet (within `synthesis.max_steps`
+when set, else the task's own step limit). Every
 synthetic episode is validated by replay before it is stored; the environment steps replay
 costs are totalled in `report` (and in the run's `run.json` as `synthesis`).
 """
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING
 from crl.memory.synthesis.bank_pass import synthesize_bank
 from crl.memory.synthesis.config import SynthesisConfig
 from crl.memory.synthesis.report import SynthesisReport
-from crl.memory.synthesis.task_skills import family_of, stitchable
+from crl.memory.synthesis.task_skills import can_stitch, family_of
 from crl.memory.trajectory import Episode
 
 if TYPE_CHECKING:
@@ -30,9 +32,10 @@ log = logging.getLogger(__name__)
 class AutoSynthesis:
     """Synthesize from a run's experience every `config.every` finished episodes."""
 
-    def __init__(self, bank: ExperienceBank, task: str, config: SynthesisConfig) -> None:
+    def __init__(self, bank: ExperienceBank, task: str, config: SynthesisConfig, max_steps: int | None = None) -> None:
         self.bank = bank
         self.task = task
+        self.max_steps = max_steps
         self.family = family_of(task)
         self.config = config
         self.report = SynthesisReport()
@@ -56,7 +59,7 @@ class AutoSynthesis:
     def run_pass(self) -> None:
         """One synthesis pass over the bank (a failure is logged, never raised: the run goes on)."""
         self._pending = 0
-        stitch_task = self.task if self.config.stitch and stitchable(self.task) else None
+        stitch_task = self.task if self.config.stitch and can_stitch(self.task) else None
         try:
             self.bank.flush()
             seen = {r.episode_id for r in self.bank.ls(kind="episode", family=self.family, source="real")}
@@ -67,6 +70,7 @@ class AutoSynthesis:
                 stitch_task=stitch_task,
                 skip=self._looked_at,
                 threshold=self.config.threshold,
+                max_steps=self.max_steps,
             )
         except Exception:  # noqa: BLE001 — synthesis is an extra; the run must not die of it
             log.exception("automatic synthesis failed; the run goes on without it")
@@ -85,4 +89,4 @@ def make_auto_synthesis(settings, bank: ExperienceBank | None, task: str) -> Aut
     config = getattr(settings, "synthesis", None)
     if bank is None or not isinstance(config, SynthesisConfig) or not config.auto:
         return None
-    return AutoSynthesis(bank, task, config)
+    return AutoSynthesis(bank, task, config, config.max_steps)

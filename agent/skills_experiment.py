@@ -10,6 +10,12 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
   memory on; a synthesis pass relabels failures and stitches the compound task on the worlds
   played (each demonstration validated by replay); point 1. Phase 2 plays `budget` compound
   training episodes on new train worlds with memory and automatic synthesis; point 2.
+  A task with no sub-tasks (no declared sub-goal order, e.g. `twx/twc`, whose sub-goals are the
+  points of its score) has no sub-skills to play apart: phase 1 plays the task itself, `attempts`
+  times on each of its `phase1` train worlds, one attempt of every world after another with memory
+  on (memory's optimism for untried actions in known states makes a world's attempts differ), and
+  the synthesis pass stitches, per world not yet solved, the points gained in different attempts
+  into one demonstration, validated by replay (`memory.synthesis.stitch`, by points).
 - `skills+sft`: `skills`' memory, then one SFT round on its real and synthetic successes
   (synthetic ones weighted by `finetune.synthetic_weight`); the adapter plays with memory; point 3.
 
@@ -57,8 +63,11 @@ class SkillsSpec:
     sft_epochs: int = 3
     sft_max_steps: int = -1
     overrides: dict[str, Any] = field(default_factory=dict)
+    attempts: int = 4
 
     def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
         if not self.arms:
             raise ValueError(f"no arms to play; arms: {', '.join(ARMS)}")
         unknown = [a for a in self.arms if a not in ARMS]
@@ -114,9 +123,12 @@ def stages(spec: SkillsSpec, arm: str) -> int:
 
 
 def subtasks_of(task: str) -> list[str]:
-    """The sub-tasks phase 1 plays, in the task's declared sub-goal order."""
-    from crl.memory.synthesis.task_skills import stitchable, subgoal_order, subtask_for
+    """The sub-tasks phase 1 plays, in the task's declared sub-goal order; [] for a task that
+    declares none (phase 1 then plays the task itself, see the module's docstring)."""
+    from crl.memory.synthesis.task_skills import declares_order, stitchable, subgoal_order, subtask_for
 
+    if not declares_order(task):
+        return []
     if not stitchable(task):
         raise ValueError(f"{task} declares no sub-goal order of its own: there are no sub-skills to learn first")
     subtasks = [subtask_for(task, s) for s in subgoal_order(task)]
@@ -127,7 +139,8 @@ def subtasks_of(task: str) -> list[str]:
 
 
 def arm_settings(spec: SkillsSpec, arm: str, home: Path) -> Settings:
-    """The agent's settings for an arm: the posterior policy; memory and automatic synthesis for skills arms."""
+    """The agent's settings for an arm: the posterior policy; memory and automatic synthesis for skills arms
+    (stitches held to the experiment's step limit, when it sets one)."""
     layers: dict[str, Any] = json.loads(json.dumps(spec.overrides))
     layers.setdefault("agent", {}).setdefault("policy", "posterior")
     layers.setdefault("reflect", {}).setdefault("enabled", False)
@@ -136,6 +149,8 @@ def arm_settings(spec: SkillsSpec, arm: str, home: Path) -> Settings:
         layers.setdefault("memory", {})["enabled"] = False
     else:
         layers.setdefault("synthesis", {}).setdefault("auto", True)
+        if step_limit(spec):
+            layers["synthesis"].setdefault("max_steps", step_limit(spec))
     layers["home"] = str(home)
     return load_settings(layers)
 
@@ -167,6 +182,21 @@ def steps_of(result) -> int:
     return sum(len(e.steps) for e in result.episodes)
 
 
+def replay_steps_of(result) -> int:
+    """Environment steps a training run's automatic synthesis spent replaying."""
+    return (result.info.synthesis or {}).get("replay_env_steps", 0)
+
+
+def step_limit(spec: SkillsSpec) -> int | None:
+    """The step limit every arm plays under when the experiment sets one (`--max-steps`)."""
+    return spec.overrides.get("agent", {}).get("max_steps")
+
+
+def spec_of(saved: dict[str, Any]) -> SkillsSpec:
+    """The spec a `results.json` was written for (fields added since take their defaults)."""
+    return SkillsSpec(**{k: v for k, v in saved.items() if k in SkillsSpec.__dataclass_fields__})
+
+
 class SkillsExperiment:
     """Runs (or resumes) the experiment of `spec` in `out_dir`."""
 
@@ -193,7 +223,7 @@ class SkillsExperiment:
         if not self.path.exists():
             return
         old = json.loads(self.path.read_text())
-        if old["spec"] != asdict(self.spec):
+        if asdict(spec_of(old["spec"])) != asdict(self.spec):
             raise ValueError(f"{self.path} holds a different experiment; choose another --out")
         for r in old["runs"]:
             test = SkillsPoint(**r["test"]) if r.get("test") else None
@@ -267,6 +297,7 @@ class SkillsExperiment:
 
         spec = self.spec
         learner = DRRNLearner(spec.task, spec.drrn_steps, repeat, spec.drrn_eval_every, spec.eval_episodes)
+        learner.max_steps = step_limit(spec) or learner.max_steps
         started = time.monotonic()
 
         def point(p) -> None:
@@ -313,18 +344,26 @@ class SkillsExperiment:
         settings.llm.seed = repeat
         model = self.chat_model(settings)
         started = time.monotonic()
-        phase1 = 0
-        for sub in self.subtasks:
-            played = start_run(settings, sub, spec.phase1, seed_start=repeat * spec.phase1, model=model)
-            phase1 += steps_of(played)
+        phase1 = replay = 0
+        plays = [(sub, 1) for sub in self.subtasks] or [(spec.task, spec.attempts)]
+        for task, attempts in plays:
+            for _ in range(attempts):
+                played = start_run(settings, task, spec.phase1, seed_start=repeat * spec.phase1, model=model)
+                phase1 += steps_of(played)
+                replay += replay_steps_of(played)
         bank = open_bank(settings, actor="skills-experiment")
         try:
             synthesis = synthesize_bank(
-                bank, family_of(spec.task), stitch_task=spec.task, threshold=settings.synthesis.threshold
+                bank,
+                family_of(spec.task),
+                relabel=bool(self.subtasks),
+                stitch_task=spec.task,
+                threshold=settings.synthesis.threshold,
+                max_steps=settings.synthesis.max_steps,
             )
         finally:
             bank.close()
-        replay = synthesis.report.replay_env_steps
+        replay += synthesis.report.replay_env_steps
         detail = {
             "phase1_steps": phase1,
             "replay_steps": replay,
@@ -337,7 +376,7 @@ class SkillsExperiment:
         compound_start = spec.repeats * spec.phase1 + repeat * spec.budget
         train = start_run(settings, spec.task, spec.budget, seed_start=compound_start, model=model)
         auto = train.info.synthesis or {}
-        replay += auto.get("replay_env_steps", 0)
+        replay += replay_steps_of(train)
         train_steps = steps_of(train)
         detail = {
             "phase1_steps": phase1,
@@ -511,15 +550,31 @@ def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     return png, md
 
 
+def phase1_text(spec: dict[str, Any]) -> str:
+    """What phase 1 played, in words."""
+    if subtasks_of(spec["task"]):
+        return f"{spec['phase1']} episodes of each sub-task"
+    attempts = spec.get("attempts", 1)
+    return (
+        f"{attempts} attempts on each of {spec['phase1']} train worlds of the task itself (no sub-tasks), "
+        "score points of different attempts stitched per world"
+    )
+
+
+def limit_text(spec: dict[str, Any]) -> str:
+    limit = spec.get("overrides", {}).get("agent", {}).get("max_steps")
+    return f"; step limit {limit} for every arm" if limit else ""
+
+
 def report_lines(results: dict[str, Any]) -> list[str]:
     """The markdown report: dev points, test fold, step ratios and paired tests."""
     spec, rows = results["spec"], summarise(results)
     lines = [
         f"# {spec['task']}: sub-skill experience and stitching vs a from-scratch learner",
         "",
-        f"Phase 1: {spec['phase1']} episodes of each sub-task; phase 2: {spec['budget']} compound training episodes; "
+        f"Phase 1: {phase1_text(spec)}; phase 2: {spec['budget']} compound training episodes; "
         f"DRRN: {spec['drrn_steps']} learning steps; {spec['eval_episodes']} dev seeds per point and repeat, "
-        f"{spec['repeats']} repeats.",
+        f"{spec['repeats']} repeats{limit_text(spec)}.",
         "",
         "| arm | stage | env steps learned from (mean) | dev success | 95% CI | per repeat |",
         "|---|---|---|---|---|---|",

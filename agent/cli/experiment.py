@@ -164,11 +164,16 @@ SKILLS_COLUMNS = [
 
 @command(app, "skills")
 def skills(
-    task: str = typer.Argument("keyroom/compound", help="A compound task with declared sub-goals."),
+    task: str = typer.Argument(
+        "keyroom/compound", help="A compound task with declared sub-goals, or one whose sub-goals are score points."
+    ),
     arms: str = typer.Option(
         "drrn,none,skills,skills+sft", "--arms", help="Comma-separated: drrn, none, skills, skills+sft."
     ),
-    phase1: int = typer.Option(8, "--phase1", help="Phase 1: training episodes of each sub-task."),
+    phase1: int = typer.Option(8, "--phase1", help="Phase 1: training episodes of each sub-task (or worlds)."),
+    attempts: int = typer.Option(
+        4, "--attempts", help="Phase 1 of a task without sub-tasks: attempts on each of its --phase1 worlds."
+    ),
     budget: int = typer.Option(8, "--budget", help="Phase 2: compound training episodes (skills arms)."),
     eval_episodes: int = typer.Option(16, "--eval-episodes", help="Dev seeds per evaluation (the same for every arm)."),
     test_episodes: int = typer.Option(16, "--test-episodes", help="Test seeds for each arm's final point (0: none)."),
@@ -212,6 +217,7 @@ def skills(
         sft_epochs,
         sft_max_steps,
         flags,
+        attempts,
     )
     total = sum(stages(spec, a) * (1 if a == "none" else repeats) for a in arm_list if a in ARMS)
     with EpisodeProgress(total, err, description=f"skills {task}") as progress:

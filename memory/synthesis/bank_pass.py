@@ -1,7 +1,8 @@
 """A synthesis pass over what the bank holds: read a family's episodes, synthesize, store.
 
 This is what `crl synth relabel|stitch` and the automatic mode during runs call. Stitching
-targets the worlds the bank has played and where the compound task has no success yet;
+targets the worlds the bank has played and where the compound task has no success yet (for a task
+with no declared sub-goal order, the worlds where its own episodes reported sub-goals);
 relabelling skips failures already relabelled (their synthetic children are in the bank).
 """
 
@@ -16,7 +17,7 @@ from crl.memory.synthesis.provenance import provenance_of
 from crl.memory.synthesis.replay import EnvFactory
 from crl.memory.synthesis.report import SynthesisResult
 from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD
-from crl.memory.synthesis.task_skills import family_of, stitchable, world_key
+from crl.memory.synthesis.task_skills import can_stitch, declares_order, episode_subgoals, family_of, world_key
 from crl.memory.trajectory import Episode
 from crl.tasks.registry import make_env, parse_task_name
 
@@ -31,10 +32,14 @@ def same_task(a: str, b: str) -> bool:
 
 def stitch_seeds(episodes: Iterable[Episode], task: str) -> list[int]:
     """The seeds worth stitching `task` on: worlds that stored played episodes come from (with
-    `task`'s knobs) where no episode of `task` itself, played or synthetic, has succeeded."""
+    `task`'s knobs) where no episode of `task` itself, played or synthetic, has succeeded. A task
+    that declares no sub-goal order is stitched by the sub-goals its episodes report, so only worlds
+    where one of its played episodes reported some count."""
     episodes = list(episodes)
     solved = {e.seed for e in episodes if e.success and same_task(e.task, task)}
     played = {e.seed for e in episodes if e.source == "real" and world_key(e.task, e.seed) == world_key(task, e.seed)}
+    if not declares_order(task):
+        played = {e.seed for e in episodes if e.seed in played and same_task(e.task, task) and episode_subgoals(e)}
     return sorted(played - solved)
 
 
@@ -57,6 +62,7 @@ def synthesize_bank(
     seeds: Collection[int] | None = None,
     skip: Collection[str] = (),
     threshold: float = LEXICAL_THRESHOLD,
+    max_steps: int | None = None,
     dry_run: bool = False,
     env_factory: EnvFactory = make_env,
 ) -> SynthesisResult:
@@ -66,20 +72,22 @@ def synthesize_bank(
         bank: the experience bank (read, and written unless `dry_run`).
         family: the task family whose played episodes are built from.
         relabel: relabel failures not relabelled before (nor listed in `skip`).
-        stitch_task: a task of `family` with a declared sub-goal order to stitch, or None.
+        stitch_task: a task of `family` to stitch (a compound task with a declared sub-goal order,
+            or a task with none, stitched by the sub-goals its episodes report), or None.
         seeds: the seeds to stitch on (default: `stitch_seeds`).
         skip: episode ids not to relabel (already looked at).
         threshold: the similarity a segment from another world needs (see `stitch.plan_stitch`).
+        max_steps: the step limit a stitch must fit (default the task's own).
         dry_run: synthesize and validate by replay, but store nothing.
         env_factory: builds environments by task name.
 
     Raises:
-        ValueError: `stitch_task` is not of `family` or declares no sub-goal order.
+        ValueError: `stitch_task` is not of `family`, or is a sub-task of its declared order.
     """
     if stitch_task is not None:
         if family_of(stitch_task) != family:
             raise ValueError(f"{stitch_task} is not a task of family {family!r}")
-        if not stitchable(stitch_task):
+        if not can_stitch(stitch_task):
             raise ValueError(
                 f"{stitch_task} declares no sub-goal order of its own (it is not a compound task), "
                 "so there is nothing to stitch it from"
@@ -96,6 +104,7 @@ def synthesize_bank(
         stitch_task=stitch_task,
         stitch_seeds=targets,
         threshold=threshold,
+        max_steps=max_steps,
         env_factory=env_factory,
     )
     if not dry_run and result.episodes:

@@ -29,3 +29,9 @@ class SynthesisConfig(BaseModel):
         description="Lexical similarity a segment from another world needs between its start and where the "
         "stitch has got to (segments from the same world need none).",
     )
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="The step limit a stitched demonstration must fit; unset: the task's own. Set it to the "
+        "limit the agent plays under when that is tighter (a longer demonstration is no success there).",
+    )

@@ -24,6 +24,7 @@ def synthesize(
     stitch_seeds: Iterable[int] = (),
     similarity: Similarity = lexical_similarity,
     threshold: float = LEXICAL_THRESHOLD,
+    max_steps: int | None = None,
     env_factory: EnvFactory = make_env,
 ) -> SynthesisResult:
     """Segment `episodes`, relabel their failures, and stitch `stitch_task` on `stitch_seeds`.
@@ -39,6 +40,7 @@ def synthesize(
         stitch_task: the compound task to stitch demonstrations of (None: no stitching).
         stitch_seeds: the seeds to stitch it on.
         similarity, threshold: how segments from other worlds are matched (see `stitch.plan_stitch`).
+        max_steps: the step limit a stitch must fit (default the task's own).
         env_factory: builds environments by task name.
     """
     real = [e for e in episodes if e.source == "real" and e.steps]
@@ -57,7 +59,13 @@ def synthesize(
         out.report.replay_env_steps += relabelled.report.replay_env_steps
     if stitch_task is not None:
         stitched = stitch(
-            stitch_task, stitch_seeds, segments, similarity=similarity, threshold=threshold, env_factory=env_factory
+            stitch_task,
+            stitch_seeds,
+            segments,
+            similarity=similarity,
+            threshold=threshold,
+            max_steps=max_steps,
+            env_factory=env_factory,
         )
         out.episodes += stitched.episodes
         out.rejected += stitched.rejected

@@ -4,8 +4,8 @@ A step's `info["subgoals"]` (name -> reached so far) marks where a skill ends: t
 the end of the previous piece up to the step that first reached a sub-goal are that sub-goal's
 segment. Tasks that report no sub-goals but a score (`info["score"]`, else the reward) are cut
 at each score increment, labelled `score_1`, `score_2`, ... Steps after the last sub-goal form
-one more segment, labelled with the next sub-goal in the task's declared order (or
-`UNFINISHED`), with `reached=False`.
+one more segment, labelled with the next sub-goal in the task's declared order (else in the
+order the episode reports its sub-goals, else `UNFINISHED`), with `reached=False`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from crl.memory.synthesis.task_skills import subgoal_order
+from crl.memory.synthesis.task_skills import episode_subgoals, subgoal_order
 from crl.memory.trajectory import Episode, Step
 
 UNFINISHED = "unfinished"
@@ -35,6 +35,8 @@ class Segment:
             episode ended with it (episode logs keep no final observation).
         reached: whether the sub-goal was reached by its last step.
         episode_success: whether the episode it came from succeeded.
+        subgoals: every sub-goal its episode reports, in order (a TextWorldExpress world's
+            `score_1` ... `score_N`: what a stitch on that world must reach).
     """
 
     skill: str
@@ -50,6 +52,7 @@ class Segment:
     end_observation: str | None
     reached: bool
     episode_success: bool
+    subgoals: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -88,8 +91,8 @@ def given_at_start(episode: Episode) -> set[str]:
 
 
 def _progress_marks(episode: Episode) -> list[list[str]]:
-    """Per step, the sub-goals it reached first (declared order first, then by name)."""
-    order = subgoal_order(episode.task)
+    """Per step, the sub-goals it reached first (declared order first, then reported order)."""
+    order = subgoal_order(episode.task) or episode_subgoals(episode)
     rank = {name: i for i, name in enumerate(order)}
     reported = any(isinstance(s.info.get("subgoals"), dict) and s.info["subgoals"] for s in episode.steps)
     if reported:
@@ -115,7 +118,8 @@ def _progress_marks(episode: Episode) -> list[list[str]]:
 
 def _next_skill(episode: Episode, reached: list[str]) -> str:
     done = set(reached) | given_at_start(episode)
-    return next((s for s in subgoal_order(episode.task) if s not in done), UNFINISHED)
+    order = subgoal_order(episode.task) or episode_subgoals(episode)
+    return next((s for s in order if s not in done), UNFINISHED)
 
 
 def segment_episode(episode: Episode) -> list[Segment]:
@@ -158,6 +162,7 @@ def _segment(episode: Episode, skill: str, start: int, end: int, reached: bool) 
         end_observation=steps[end].observation if end < len(steps) else None,
         reached=reached,
         episode_success=episode.success,
+        subgoals=episode_subgoals(episode),
     )
 
 

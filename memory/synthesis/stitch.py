@@ -14,9 +14,21 @@ reached it and starts where the previous one ends:
    similar to where the previous one ends (`similarity.LEXICAL_THRESHOLD` by default).
 
 Ties go to higher similarity, then fewer actions. The joined actions (bridges included) are
-replayed on the target task and seed; a plan longer than the task's step limit, or one that does
-not replay to a success, is rejected with its reason. A validated stitch becomes a synthetic
-episode of the replayed steps.
+replayed on the target task and seed; a plan longer than the step limit (the task's, or the one
+the agent plays under), or one that does not replay to a success, is rejected with its reason. A
+validated stitch becomes a synthetic episode of the replayed steps.
+
+A task that declares no sub-goal order but reports score points (`score_1` ... `score_N`, see
+`task_skills`) is stitched by points: the world needs the N points its episodes report, and any
+segment that gained points can stand for the next ones, so points gained in different attempts on
+the same world compose (attempt A put the shirt away and stopped; attempt B, from the start, put
+the coat away: A's segments, then B's). A point's segment may redo a point already gained, which
+replay shows; so a plan by points that fails replay is planned again without the first part that
+gained nothing there, up to `POINT_TRIES` plans per world (every replay counted). And a part may
+repeat an action an earlier part made pointless (`open wardrobe` when A already opened it): as in
+relabelling, a plan by points is replayed with such actions logged as invalid, and one that
+reaches success that way is replayed again without them, so the demonstration holds only steps
+the environment accepted (provenance lists the dropped actions).
 """
 
 from __future__ import annotations
@@ -30,22 +42,31 @@ from crl.memory.synthesis.replay import EnvFactory, ReplayResult, replay
 from crl.memory.synthesis.report import Rejection, SynthesisResult
 from crl.memory.synthesis.segments import Segment
 from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD, Similarity, lexical_similarity
-from crl.memory.synthesis.task_skills import subgoal_order, world_key
+from crl.memory.synthesis.task_skills import declares_order, is_point, stitch_order, world_key
 from crl.tasks.registry import get_task, make_env
 
 MOVE_VERBS = ("go", "move")
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
 MATCH_RANK = {"continues": 3, "same-world": 2, "similar": 1}
+POINT_TRIES = 4
+"""Plans tried per world when stitching by points (one when the task declares its order)."""
 
 
 @dataclass(frozen=True)
 class StitchPart:
-    """One skill of a stitch: the segment used, the bridge played before it, and how it matched."""
+    """One skill of a stitch: the segment used, the bridge played before it, how it matched, and
+    the sub-goal(s) it must reach in the stitch (`goal`; by default the segment's own skill, but a
+    segment that gained a task's first point may gain its third in a stitch)."""
 
     segment: Segment
     bridge: tuple[str, ...]
     match: str
     similarity: float
+    goal: str = ""
+
+    @property
+    def target(self) -> str:
+        return self.goal or self.segment.skill
 
     @property
     def actions(self) -> list[str]:
@@ -59,6 +80,7 @@ class StitchPart:
             "task": seg.task,
             "seed": seg.seed,
             "skill": seg.skill,
+            "goal": self.target,
             "start": seg.start,
             "end": seg.end,
             "bridge": list(self.bridge),
@@ -122,6 +144,8 @@ def plan_stitch(
     similarity: Similarity = lexical_similarity,
     threshold: float = LEXICAL_THRESHOLD,
     bridge: bool = True,
+    max_steps: int | None = None,
+    exclude: frozenset[str] = frozenset(),
 ) -> StitchPlan | Rejection:
     """The best stitch of `task` on `seed` from `segments`, or the reason there is none.
 
@@ -130,19 +154,33 @@ def plan_stitch(
         seed: the seed the stitch is for.
         segments: the stored segments to choose from (only those that reached their skill count).
         start_observation: the target's first observation (where the first skill must start).
-        skills: the skills to chain; default the task's declared sub-goal order.
+        skills: the skills to chain; default `task_skills.stitch_order` (the declared order, else
+            the sub-goals the segments from this world report).
         similarity: how alike two observation texts are (lexical by default).
         threshold: the least similarity at which a segment from another world may be used.
         bridge: retrace moves back to the start before a segment that begins at its episode's start.
+        max_steps: the step limit a plan must fit (default the task's own).
+        exclude: ids of segments not to use (parts that failed an earlier replay).
     """
-    skills = skills or subgoal_order(task)
+    world = world_key(task, seed)
+    skills = skills or stitch_order(task, [s.subgoals for s in segments if world_key(s.task, s.seed) == world])
     if not skills:
         return Rejection("stitch", task, seed, "no-subtask", f"{task} declares no sub-goal order to stitch")
-    world = world_key(task, seed)
+    points = not declares_order(task) and all(is_point(s) for s in skills)
     parts: list[StitchPart] = []
     here = start_observation
-    for skill in skills:
-        candidates = [s for s in segments if s.skill == skill and s.reached and s.actions]
+    done = 0
+    while done < len(skills):
+        skill, left = skills[done], len(skills) - done
+        used = exclude | {p.segment.id for p in parts}
+        candidates = [
+            s
+            for s in segments
+            if s.reached
+            and s.actions
+            and s.id not in used
+            and ((is_point(s.skill) and _gain(s) <= left) if points else s.skill == skill)
+        ]
         if not candidates:
             return Rejection("stitch", task, seed, "no-segment", f"no stored segment reached {skill!r}", _ids(parts))
         previous = parts[-1].segment if parts else None
@@ -157,14 +195,25 @@ def plan_stitch(
             detail = f"no segment for {skill!r} starts where the stitch is (best similarity {best:.2f} < {threshold})"
             return Rejection("stitch", task, seed, "no-match", detail, _ids(parts))
         part = max(ranked, key=lambda p: (MATCH_RANK[p.match], p.similarity, -len(p.actions), p.segment.id))
+        gain = _gain(part.segment) if points else 1
+        if points:
+            part = StitchPart(
+                part.segment, part.bridge, part.match, part.similarity, "+".join(skills[done : done + gain])
+            )
         parts.append(part)
+        done += gain
         here = part.segment.end_text
     plan = StitchPlan(task, seed, parts)
-    limit = get_task(task).max_steps
+    limit = max_steps or get_task(task).max_steps
     if len(plan.actions) > limit:
         detail = f"{len(plan.actions)} actions, over {task}'s step limit of {limit}"
         return Rejection("stitch", task, seed, "over-step-limit", detail, plan.parents)
     return plan
+
+
+def _gain(segment: Segment) -> int:
+    """How many sub-goals a segment reached (`score_2+score_3`: two)."""
+    return len(segment.skill.split("+"))
 
 
 def _ids(parts: list[StitchPart]) -> list[str]:
@@ -193,16 +242,18 @@ def _match(
     return None
 
 
-def validate_stitch(plan: StitchPlan, env_factory: EnvFactory = make_env) -> tuple[ReplayResult, list[bool]]:
+def validate_stitch(
+    plan: StitchPlan, env_factory: EnvFactory = make_env, *, stop_on_invalid: bool = True
+) -> tuple[ReplayResult, list[bool]]:
     """Replay `plan` on its task and seed; also say, per part, whether its skill was reached by the
     end of its actions (or by the last step replayed, when the replay stopped earlier)."""
-    result = replay(plan.task, plan.seed, plan.actions, env_factory=env_factory)
+    result = replay(plan.task, plan.seed, plan.actions, stop_on_invalid=stop_on_invalid, env_factory=env_factory)
     reached, end = [], 0
     for part in plan.parts:
         end += len(part.actions)
         upto = result.steps[:end]
         info = upto[-1].info.get("subgoals") or {} if upto else {}
-        reached.append(all(info.get(s, False) for s in part.segment.skill.split("+")))
+        reached.append(all(info.get(s, False) for s in part.target.split("+")))
     return result, reached
 
 
@@ -215,9 +266,13 @@ def stitch(
     similarity: Similarity = lexical_similarity,
     threshold: float = LEXICAL_THRESHOLD,
     bridge: bool = True,
+    max_steps: int | None = None,
+    tries: int | None = None,
     env_factory: EnvFactory = make_env,
 ) -> SynthesisResult:
-    """Plan, replay and keep stitched demonstrations of `task`, one try per seed.
+    """Plan, replay and keep stitched demonstrations of `task`: one try per seed, or up to
+    `POINT_TRIES` when stitching by points (a failed replay re-plans without the first part that
+    did not reach its goal; one rejection per seed, every replay's steps counted).
 
     A plan that only re-plays one real episode of `task` end to end is skipped (it would copy a
     real success) and counted as rejected with reason "copies-real".
@@ -226,7 +281,8 @@ def stitch(
         task: the compound task (knobs included).
         seeds: the seeds to build demonstrations for.
         segments: the stored segments to build from.
-        skills, similarity, threshold, bridge: as for `plan_stitch`.
+        skills, similarity, threshold, bridge, max_steps: as for `plan_stitch`.
+        tries: plans replayed per seed at most (default: see above).
         env_factory: builds environments by task name.
     """
     result = SynthesisResult()
@@ -239,25 +295,57 @@ def stitch(
             start = env.reset(seed).text
         finally:
             env.close()
-        plan = plan_stitch(
-            task, seed, segments, start, skills=skills, similarity=similarity, threshold=threshold, bridge=bridge
-        )
+        made = _stitch_seed(
+            task, seed, segments, start, result, tries, env_factory,
+            skills=skills, similarity=similarity, threshold=threshold, bridge=bridge, max_steps=max_steps,
+        )  # fmt: skip
+        if isinstance(made, Rejection):
+            result.reject(made)
+    return result
+
+
+def _stitch_seed(
+    task: str,
+    seed: int,
+    segments: list[Segment],
+    start: str,
+    result: SynthesisResult,
+    tries: int | None,
+    env_factory: EnvFactory,
+    **planning,
+) -> Rejection | None:
+    """Plan and replay stitches on one seed until one validates (kept in `result`) or the tries
+    run out (the last rejection returned)."""
+    exclude: frozenset[str] = frozenset()
+    attempt = 0
+    while True:
+        attempt += 1
+        plan = plan_stitch(task, seed, segments, start, exclude=exclude, **planning)
         if isinstance(plan, StitchPlan) and _copies_real(plan):
             detail = f"the plan replays real episode {plan.parents[0]} unchanged"
             plan = Rejection("stitch", task, seed, "copies-real", detail, plan.parents)
         if isinstance(plan, Rejection):
-            result.reject(plan)
-            continue
-        replayed, reached = validate_stitch(plan, env_factory)
+            return plan
+        by_points = any(p.goal for p in plan.parts)
+        limit = tries or (POINT_TRIES if by_points else 1)
+        replayed, reached = validate_stitch(plan, env_factory, stop_on_invalid=not by_points)
         result.report.replay_env_steps += replayed.env_steps
-        if not replayed.success:
-            result.reject(Rejection("stitch", task, seed, replayed.code, replayed.reason, plan.parents))
-            continue
-        parts = [p.to_dict() | {"reached_in_replay": r} for p, r in zip(plan.parts, reached, strict=True)]
-        provenance = Provenance(kind="stitch", parents=plan.parents, parts=parts, validation=replayed.summary())
-        result.episodes.append(synthetic_episode(task, seed, replayed, provenance))
-        result.report.stitches_validated += 1
-    return result
+        dropped = [s.action for s in replayed.steps if not s.valid]
+        if replayed.success and dropped:
+            kept = [s.action for s in replayed.steps if s.valid]
+            replayed = replay(task, seed, kept, env_factory=env_factory)
+            result.report.replay_env_steps += replayed.env_steps
+        if replayed.success:
+            parts = [p.to_dict() | {"reached_in_replay": r} for p, r in zip(plan.parts, reached, strict=True)]
+            validation = replayed.summary() | {"plans_tried": attempt, "dropped_actions": dropped}
+            provenance = Provenance(kind="stitch", parents=plan.parents, parts=parts, validation=validation)
+            result.episodes.append(synthetic_episode(task, seed, replayed, provenance))
+            result.report.stitches_validated += 1
+            return None
+        failed = next((p.segment.id for p, r in zip(plan.parts, reached, strict=True) if not r), None)
+        if attempt >= limit or failed is None:
+            return Rejection("stitch", task, seed, replayed.code, replayed.reason, plan.parents)
+        exclude = exclude | {failed}
 
 
 def _copies_real(plan: StitchPlan) -> bool:
