@@ -136,6 +136,14 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
     )
 
 
+def see_added_tasks(settings: Settings) -> None:
+    """Point the task registry at the tasks `crl tasks add` registered in this data directory."""
+    from crl.tasks.registrations import registrations_path
+    from crl.tasks.registry import use_user_tasks
+
+    use_user_tasks(registrations_path(settings.home))
+
+
 def env_options(settings: Settings, task: str) -> dict:
     """Arguments the settings give a task's factory: where generated games live (under the data
     directory), and for a task an LLM judges, the judging model (the run's `llm` settings)."""
@@ -207,6 +215,7 @@ def start_run(
     on_episode_end: Callable[[Episode], None] | None = None,
 ) -> RunResult:
     """Play `episodes` episodes of `task` on seeds of `fold` and log them as a new run."""
+    see_added_tasks(settings)
     get_task(task)
     seeds = fold_seeds(task, fold, episodes, seed_start)
     model = model or build_chat_model(settings)

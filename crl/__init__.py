@@ -29,6 +29,8 @@ _EXPORTS = {
     "list_tasks": "crl.tasks.registry",
     "register_task": "crl.tasks.registry:register",
     "TaskSpec": "crl.tasks.base",
+    "UserTask": "crl.tasks.user_task",
+    "tool": "crl.agent.tools.tool",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

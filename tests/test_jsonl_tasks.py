@@ -250,3 +250,19 @@ def test_a_file_without_a_name_is_named_after_its_stem(tmp_path, crl_home, clean
     r = invoke("tasks", "add", str(items), "--checker", "numeric", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["name"] == "jsonl/times-table" and get_task("jsonl/times-table").max_steps == 6
+
+
+def test_the_python_api_plays_an_added_task_with_its_tool(tmp_path, clean_registry):
+    import crl
+    from crl.agent.llm.scripted import ScriptedModel
+
+    home = tmp_path / "home"
+    same = [{"id": f"q{i}", "prompt": "What is 6 times 7?", "answer": 42} for i in range(9)]
+    tools = ("examples/arithmetic/tools.py:calculator",)
+    add_registration(registrations_path(home), "mult", write_items(tmp_path / "m.jsonl", same), NUMERIC, tools=tools)
+    use_user_tasks(None)  # as a fresh process: nothing but crl.run points the registry at the file
+    cfg = crl.settings(home=home, memory={"enabled": False}, agent={"memory": "off", "policy": "llm"})
+    model = ScriptedModel([' calculator {"expression": "6*7"}', ' final_answer {"answer": "42"}'])
+    [episode] = crl.run("jsonl/mult", episodes=1, settings=cfg, model=model).episodes
+    assert [s.action for s in episode.steps] == ['calculator {"expression": "6*7"}', 'final_answer {"answer": "42"}']
+    assert episode.steps[1].observation == "42" and episode.success

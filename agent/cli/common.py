@@ -145,12 +145,11 @@ def effective_settings(flags: dict[str, Any] | None = None) -> Settings:
     The task registry is pointed at the data directory's added tasks (`crl tasks add`), so every
     command that names a task finds them.
     """
+    from crl.agent.app import see_added_tasks
     from crl.agent.config import load_settings
-    from crl.tasks.registrations import registrations_path
-    from crl.tasks.registry import use_user_tasks
 
     settings = load_settings(overrides() if flags is None else flags, STATE["config"])
-    use_user_tasks(registrations_path(settings.home))
+    see_added_tasks(settings)
     return settings
 
 
