@@ -137,11 +137,15 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
 
 
 def see_added_tasks(settings: Settings) -> None:
-    """Point the task registry at the tasks `crl tasks add` registered in this data directory."""
+    """Point the task registry at the tasks `crl tasks add` registered in this data directory, when
+    it has any (an experiment's per-arm data directories have none: the tasks of the directory the
+    command started in stay in use)."""
     from crl.tasks.registrations import registrations_path
     from crl.tasks.registry import use_user_tasks
 
-    use_user_tasks(registrations_path(settings.home))
+    path = registrations_path(settings.home)
+    if path.exists():
+        use_user_tasks(path)
 
 
 def env_options(settings: Settings, task: str) -> dict:
