@@ -79,15 +79,16 @@ def test_points_of_two_failed_attempts_stitch_into_a_success_validated_by_replay
 
 def test_a_stitch_that_fails_replay_is_rejected_and_counted():
     a = attempt([*SHIRT, "look around"], "a")
-    c = attempt([*SHIRT, "look around", "look around"], "c")  # the same point twice: nothing to add
-    result = stitch(TWC, [SEED], segment_episodes([a, c]), tries=1)
+    elsewhere = play(TWC, 2, ["take flour", "take yellow onion", "look around"], "elsewhere")  # another world
+    segments = segment_episodes([a, elsewhere])
+    result = stitch(TWC, [SEED], segments, threshold=0.0, tries=1)  # planning accepts any start
     assert result.episodes == []
     (rejection,) = result.rejected
-    assert rejection.seed == SEED and rejection.reason in {"no-success", "invalid-action", "game-over"}
-    assert set(rejection.parents) == {"a", "c"}  # one attempt's points, then the other's (which repeat them)
-    assert result.report.replay_env_steps > 0 and result.report.stitches_rejected == 1
-    more = stitch(TWC, [SEED], segment_episodes([a, c]))  # re-planning finds nothing that replays either
-    assert more.episodes == [] and more.report.replay_env_steps >= result.report.replay_env_steps
+    assert rejection.seed == SEED and rejection.reason == "no-success"
+    assert rejection.parents == ["a", "a", "elsewhere", "elsewhere"]
+    assert result.report.replay_env_steps == len(SHIRT) + 2 and result.report.stitches_rejected == 1
+    strict = stitch(TWC, [SEED], segments)  # at the default threshold the other world is not used
+    assert [r.reason for r in strict.rejected] == ["no-match"] and strict.report.replay_env_steps == 0
 
 
 def test_the_experiment_plays_the_task_itself_when_it_has_no_sub_tasks():

@@ -22,7 +22,10 @@ A task that declares no sub-goal order but reports score points (`score_1` ... `
 `task_skills`) is stitched by points: the world needs the N points its episodes report, and any
 segment that gained points can stand for the next ones, so points gained in different attempts on
 the same world compose (attempt A put the shirt away and stopped; attempt B, from the start, put
-the coat away: A's segments, then B's). A point's segment may redo a point already gained, which
+the coat away: A's segments, then B's). By points, any segment from the same world may follow
+(a world's state is what its earlier actions made it, not its last observation, so replay
+judges; one from its episode's start goes first), but not one whose scoring action, its last, the
+stitch has played already. A point's segment may redo a point already gained, which
 replay shows; so a plan by points that fails replay is planned again without the first part that
 gained nothing there, up to `POINT_TRIES` plans per world (every replay counted). And a part may
 repeat an action an earlier part made pointless (`open wardrobe` when A already opened it): as in
@@ -181,20 +184,22 @@ def plan_stitch(
             and s.id not in used
             and ((is_point(s.skill) and _gain(s) <= left) if points else s.skill == skill)
         ]
+        played = [a for p in parts for a in p.actions]
+        if points:
+            candidates = [s for s in candidates if s.actions[-1] not in played]
         if not candidates:
             return Rejection("stitch", task, seed, "no-segment", f"no stored segment reached {skill!r}", _ids(parts))
         previous = parts[-1].segment if parts else None
-        played = [a for p in parts for a in p.actions]
         ranked = []
         for seg in candidates:
-            part = _match(seg, previous, played, here, world, similarity, threshold, bridge)
+            part = _match(seg, previous, played, here, world, similarity, threshold, bridge, points)
             if part is not None:
                 ranked.append(part)
         if not ranked:
             best = max(similarity(here, s.start_observation) for s in candidates)
             detail = f"no segment for {skill!r} starts where the stitch is (best similarity {best:.2f} < {threshold})"
             return Rejection("stitch", task, seed, "no-match", detail, _ids(parts))
-        part = max(ranked, key=lambda p: (MATCH_RANK[p.match], p.similarity, -len(p.actions), p.segment.id))
+        part = max(ranked, key=lambda p: _rank(p, points))
         gain = _gain(part.segment) if points else 1
         if points:
             part = StitchPart(
@@ -209,6 +214,14 @@ def plan_stitch(
         detail = f"{len(plan.actions)} actions, over {task}'s step limit of {limit}"
         return Rejection("stitch", task, seed, "over-step-limit", detail, plan.parents)
     return plan
+
+
+def _rank(part: StitchPart, points: bool) -> tuple:
+    """Best first: how it matched; by points, a segment from its episode's start before one from the
+    middle (its start state is the world's, not what its own episode's history made it); then
+    similarity, fewer actions."""
+    own_start = part.segment.from_episode_start if points else False
+    return MATCH_RANK[part.match], own_start, part.similarity, -len(part.actions), part.segment.id
 
 
 def _gain(segment: Segment) -> int:
@@ -229,6 +242,7 @@ def _match(
     similarity: Similarity,
     threshold: float,
     bridge: bool,
+    points: bool = False,
 ) -> StitchPart | None:
     score = similarity(here, seg.start_observation)
     if previous is not None and seg.episode_id == previous.episode_id and seg.start == previous.end:
@@ -237,7 +251,7 @@ def _match(
     if same_world and seg.from_episode_start:
         back = tuple(retrace(played)) if bridge and played else ()
         return StitchPart(seg, back, "same-world", score)
-    if score >= threshold:
+    if score >= threshold or (same_world and points):
         return StitchPart(seg, (), "same-world" if same_world else "similar", score)
     return None
 
