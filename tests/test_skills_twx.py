@@ -124,3 +124,10 @@ def test_a_tiny_real_run_on_twx_writes_the_plot_table_and_results(tmp_path, crl_
     assert first["detail"]["synthesis"]["relabelled"] == 0
     assert all(run["test"]["fold"] == "test" for run in runs.values())
     assert "| skills | compound training |" in table
+
+
+def test_the_points_a_world_needs_come_from_its_steps_not_from_a_record_of_those_reached():
+    a = attempt([*SHIRT, "look around"], "a")
+    a.subgoals = {"score_1": True, "score_2": True}  # what a bank record rebuilds: the reached ones only
+    assert episode_subgoals(a) == ("score_1", "score_2", "score_3", "score_4")
+    assert stitch(TWC, [SEED], segment_episodes([a])).report.stitch_rejected == {"no-segment": 1}

@@ -105,13 +105,12 @@ def reported_subgoals(subgoals: Mapping[str, bool] | None) -> tuple[str, ...]:
 
 
 def episode_subgoals(episode: Episode) -> tuple[str, ...]:
-    """The sub-goals `episode` reports: its own record, else the last step that reported any."""
-    if episode.subgoals:
-        return reported_subgoals(episode.subgoals)
+    """The sub-goals `episode` reports: those of the last step that reported any (the environment's
+    whole list), else the episode's record (a stored record may keep only those reached)."""
     for step in reversed(episode.steps):
         if isinstance(step.info.get("subgoals"), dict) and step.info["subgoals"]:
             return reported_subgoals(step.info["subgoals"])
-    return ()
+    return reported_subgoals(episode.subgoals)
 
 
 def stitch_order(task: str, reported: Iterable[tuple[str, ...]] = ()) -> tuple[str, ...]:
