@@ -52,29 +52,23 @@ def read_reply(completion: Completion, prefix: str, tools: dict[str, dict[str, A
         if len(completion.tool_calls) > 1:
             extra = ", ".join(c.name for c in completion.tool_calls[1:])
             note = f"only the first tool call of a turn runs; {extra} did not; call one tool per turn"
+        error = None
         try:
             arguments = loads_object(call.arguments) if call.arguments.strip() else {}
         except ValueError:
-            return ToolReply(
-                completion.text.strip(),
-                raw,
-                call.name,
-                None,
-                "native",
-                call.id,
-                error=f"the arguments of {call.name} are not valid JSON: {call.arguments[:120]}",
-            )
-        if not isinstance(arguments, dict):
-            return ToolReply(
-                completion.text.strip(),
-                raw,
-                call.name,
-                None,
-                "native",
-                call.id,
-                error="arguments must be a JSON object",
-            )
-        return ToolReply(completion.text.strip(), raw, call.name, arguments, "native", call.id, note=note)
+            arguments, error = None, f"the arguments of {call.name} are not valid JSON: {call.arguments[:120]}"
+        if error is None and not isinstance(arguments, dict):
+            arguments, error = None, "arguments must be a JSON object"
+        return ToolReply(
+            completion.text.strip(),
+            raw,
+            call.name,
+            arguments,
+            "native",
+            call.id,
+            note=None if error else note,
+            error=error,
+        )
     text = prefix + completion.text
     parsed = read_tool_call(text, tools)
     return ToolReply(parsed.thought, text, parsed.name, parsed.arguments, "react", f"call_{step}", error=parsed.error)
