@@ -8,15 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from crl.agent.cli.main import app
-from crl.agent.skills_experiment import (
-    SkillsSpec,
-    final_pairs,
-    report_lines,
-    stages,
-    step_ratio,
-    subtasks_of,
-    summarise,
-)
+from crl.agent.skills_experiment import SkillsSpec, stages, subtasks_of
+from crl.agent.skills_report import final_pairs, report_lines, step_ratio, summarise
 
 
 def point(stage: str, steps: int, outcomes: list[bool]) -> dict:

@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from crl.agent.cli.main import app
-from crl.agent.skills_experiment import SkillsSpec, phase1_text, spec_of, subtasks_of
+from crl.agent.skills_experiment import SkillsSpec, spec_of, subtasks_of
+from crl.agent.skills_report import phase1_text
 from crl.memory.synthesis import provenance_of, replay, segment_episode, segment_episodes, stitch
 from crl.memory.synthesis.bank_pass import stitch_seeds
 from crl.memory.synthesis.task_skills import can_stitch, episode_subgoals, stitch_order

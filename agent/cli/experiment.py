@@ -197,7 +197,8 @@ def skills(
     Every arm is charged for every environment step it learned from (phase 1, replay, compound
     training). Writes results.json, curve.png and table.md to --out.
     """
-    from crl.agent.skills_experiment import ARMS, SkillsExperiment, SkillsSpec, stages, summarise
+    from crl.agent.skills_experiment import ARMS, SkillsExperiment, SkillsSpec, stages
+    from crl.agent.skills_report import summarise
 
     arm_list = [a.strip() for a in arms.split(",") if a.strip()]
     flags = overrides(
