@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from crl.agent.cli.main import app
-from crl.agent.skills_experiment import SkillsSpec, spec_of, subtasks_of
-from crl.agent.skills_report import phase1_text
-from crl.memory.synthesis import provenance_of, replay, segment_episode, segment_episodes, stitch
-from crl.memory.synthesis.bank_pass import stitch_seeds
-from crl.memory.synthesis.task_skills import can_stitch, episode_subgoals, stitch_order
-from tests.test_synthesis import play
+pytest.importorskip("textworld_express", reason="needs the envs extra: pip install 'complementary-rl[envs]'")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from crl.agent.cli.main import app  # noqa: E402
+from crl.agent.skills_experiment import SkillsSpec, spec_of, subtasks_of  # noqa: E402
+from crl.agent.skills_report import phase1_text  # noqa: E402
+from crl.memory.synthesis import provenance_of, replay, segment_episode, segment_episodes, stitch  # noqa: E402
+from crl.memory.synthesis.bank_pass import stitch_seeds  # noqa: E402
+from crl.memory.synthesis.task_skills import can_stitch, episode_subgoals, stitch_order  # noqa: E402
+from tests.test_synthesis import play  # noqa: E402
 
 TWC = "twx/twc?numLocations=1&numItemsToPutAway=2"
 SEED = 0  # a bedroom: a brown shirt and a blue T-shirt go in the wardrobe (4 points: 2 takes, 2 puts)

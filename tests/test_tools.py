@@ -7,6 +7,7 @@ import json
 
 import pytest
 from transformers.utils import get_json_schema
+from transformers.utils.chat_template_utils import DocstringParsingException
 
 from crl.agent.tools import Tool, ToolContext, ToolError, as_tool, tool
 from crl.agent.tools.executor import ToolExecutor, call_key
@@ -42,7 +43,12 @@ async def _fetch(url: str, retries: int = 2, headers: dict[str, str] | None = No
 @pytest.mark.parametrize("fn", [calculator, convert, _expression_square, _fetch, explode, blocking])
 def test_schema_matches_transformers_get_json_schema(fn):
     ours = function_schema(fn)
-    theirs = get_json_schema(fn)
+    try:
+        theirs = get_json_schema(fn)
+    except DocstringParsingException as exc:
+        if fn is convert:  # its `flavour (str):` Args line: transformers 5.0 does not read that form, 5.24 does
+            pytest.skip(f"this transformers cannot read `name (type):` Args lines, so it is no oracle here: {exc}")
+        raise
     theirs["function"].pop("return", None)  # kept apart on our side: OpenAI refuses unknown keys
     assert ours == theirs
 
