@@ -128,3 +128,18 @@ def register_fake(
         metrics={"train_loss": 1.0, "log_history": [{"loss": 1.0}]},
         parent=parent,
     )
+
+
+def sft_of_successes(home: Path) -> BuiltDataset:
+    """The SFT dataset of a data directory's successful episodes (no near-duplicate filter)."""
+    from crl.finetune.config import FinetuneConfig
+    from crl.finetune.sft_data import build_sft
+    from crl.finetune.source import load_episodes
+
+    bank = open_bank(home)
+    try:
+        bank.sync()
+        config = FinetuneConfig(near_duplicate_similarity=None)
+        return build_sft(load_episodes(bank, config, successes_only=True), config)
+    finally:
+        bank.close()

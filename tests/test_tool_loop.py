@@ -110,23 +110,14 @@ def test_a_resumed_run_does_not_call_a_tool_again(tmp_path):
 
 
 def test_react_sft_rows_teach_the_calls_of_successful_episodes(tmp_path):
-    from crl.finetune.config import FinetuneConfig
-    from crl.finetune.sft_data import build_sft
-    from crl.finetune.source import load_episodes
-    from tests.finetune_fixtures import open_bank
+    from tests.finetune_fixtures import sft_of_successes
 
     home = tmp_path / ".crl"
     model = ScriptedModel(
         [' calculator {"expression": "17*23"}', ' explode {"reason": "x"}', ' final_answer {"answer": "391"}']
     )
     start_run(settings_for(home, tools=["tests.tool_fixtures:explode"]), TASK, 1, model=model)
-    bank = open_bank(home)
-    try:
-        bank.sync()
-        config = FinetuneConfig(near_duplicate_similarity=None)
-        built = build_sft(load_episodes(bank, config, successes_only=True), config)
-    finally:
-        bank.close()
+    built = sft_of_successes(home)
     assert [r["completion"][0]["content"] for r in built.rows] == [
         'Action: calculator {"expression": "17*23"}',
         'Action: final_answer {"answer": "391"}',

@@ -76,10 +76,7 @@ def test_native_tool_calls_round_trip_through_the_openai_sdk(tmp_path):
 
 
 def test_native_sft_rows_use_trls_tool_calling_format(tmp_path):
-    from crl.finetune.config import FinetuneConfig
-    from crl.finetune.sft_data import build_sft
-    from crl.finetune.source import load_episodes
-    from tests.finetune_fixtures import open_bank
+    from tests.finetune_fixtures import sft_of_successes
 
     home = tmp_path / ".crl"
     served = ScriptedModel(calls(("calculator", '{"expression": "17*23"}'), ("final_answer", '{"answer": "391"}')))
@@ -89,13 +86,7 @@ def test_native_sft_rows_use_trls_tool_calling_format(tmp_path):
             result = start_run(settings_for(home), QA_SPEC.name, 1, model=client)
     finally:
         server.stop()
-    bank = open_bank(home)
-    try:
-        bank.sync()
-        config = FinetuneConfig(near_duplicate_similarity=None)
-        built = build_sft(load_episodes(bank, config, successes_only=True), config)
-    finally:
-        bank.close()
+    built = sft_of_successes(home)
     first, second = built.rows
     assert first["completion"] == [
         {
