@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from crl.agent.config import Settings
 
 RUN_FILE = "run.json"
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 LOG_FILE = "episodes.jsonl"
 
 
@@ -43,6 +45,7 @@ class RunInfo:
     created_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     status: str = "running"
+    error: str | None = None
     prompt_templates: str | None = None
     scoring: dict[str, Any] | None = None
     synthesis: dict[str, Any] | None = None
@@ -77,6 +80,11 @@ class RunStore:
         self.dir = Path(runs_dir)
 
     def path(self, run_id: str) -> Path:
+        """The run's folder; a ValueError for an id that is not one folder name inside this store."""
+        if not RUN_ID.fullmatch(run_id or "") or run_id in (".", ".."):
+            raise ValueError(
+                f"bad run id {run_id!r}: a run id is one name such as 20261129-221530-3fa2 (see `crl runs`)"
+            )
         return self.dir / run_id
 
     def log_path(self, run_id: str) -> Path:

@@ -183,6 +183,10 @@ class _Fault:
     status: int
     retry_after_ms: int | None
     hang_s: float
+    retry_after_s: int | None = None
+    message: str | None = None
+    code: str | None = None
+    cut: bool = False
 
 
 @dataclass
@@ -240,7 +244,15 @@ class ChatServer(ThreadingHTTPServer):
             host = f"[{host}]"
         return f"http://{host}:{port}{API_PREFIX}"
 
-    def fail_next(self, status: int = 500, n: int = 1, retry_after_ms: int | None = None) -> None:
+    def fail_next(
+        self,
+        status: int = 500,
+        n: int = 1,
+        retry_after_ms: int | None = None,
+        retry_after_s: int | None = None,
+        message: str | None = None,
+        code: str | None = None,
+    ) -> None:
         """Answer the next `n` requests with HTTP `status` and an OpenAI-style error.
 
         Args:
@@ -248,9 +260,17 @@ class ChatServer(ThreadingHTTPServer):
             n: how many requests fail.
             retry_after_ms: sent as the `retry-after-ms` header, which the `openai` SDK
                 honours as its backoff; lets tests of retries run in milliseconds.
+            retry_after_s: sent as the standard `Retry-After` header (whole seconds).
+            message: the error's message (default: "injected failure (HTTP <status>)").
+            code: the error's `code` field, e.g. "context_length_exceeded".
         """
         with self._lock:
-            self._faults.extend(_Fault(status, retry_after_ms, 0.0) for _ in range(n))
+            self._faults.extend(_Fault(status, retry_after_ms, 0.0, retry_after_s, message, code) for _ in range(n))
+
+    def cut_next(self, n: int = 1) -> None:
+        """Answer the next `n` requests with a 200 whose body stops halfway (the connection closes)."""
+        with self._lock:
+            self._faults.extend(_Fault(200, None, 0.0, cut=True) for _ in range(n))
 
     def hang_next(self, seconds: float, n: int = 1) -> None:
         """Hold the next `n` requests for `seconds` (or until `stop()`) before answering."""
@@ -473,11 +493,31 @@ class _Handler(BaseHTTPRequestHandler):
             self.server._released.wait(fault.hang_s)
             return True
         self._discard_body()
+        if fault.cut:
+            self._send_cut()
+            return False
         headers = {}
         if fault.retry_after_ms is not None:
             headers["retry-after-ms"] = str(fault.retry_after_ms)
-        self._send_error(fault.status, f"injected failure (HTTP {fault.status})", headers=headers)
+        if fault.retry_after_s is not None:
+            headers["Retry-After"] = str(fault.retry_after_s)
+        message = fault.message or f"injected failure (HTTP {fault.status})"
+        self._send_error(fault.status, message, code=fault.code, headers=headers)
         return False
+
+    def _send_cut(self) -> None:
+        data = json.dumps(self._completion_body(Completion(text="Action: look"))).encode()
+        self.server._record(self.command, self.path, 200)
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)

@@ -27,6 +27,7 @@ from crl.agent.cli.common import (
     out,
     overrides,
 )
+from crl.agent.redaction import redact_text
 
 app = typer.Typer()
 
@@ -137,7 +138,7 @@ def tasks_add(
         [], "--tool", "-t", help="Tool offered to the agent: module:function or file.py:function (repeatable)."
     ),
     max_steps: int | None = typer.Option(
-        None, "--max-steps", help="Steps per episode: tool calls plus the final answer (default 6)."
+        None, "--max-steps", min=1, help="Steps per episode: tool calls plus the final answer (default 6)."
     ),
     abs_tol: float | None = typer.Option(None, "--abs-tol", help="numeric: absolute tolerance (default 1e-6)."),
     rel_tol: float | None = typer.Option(None, "--rel-tol", help="numeric: relative tolerance (default 1e-6)."),
@@ -207,7 +208,12 @@ def models(
 
     settings = effective_settings(overrides(**model_flags(model, backend, base_url, adapter)))
     choice = choose_model(settings.llm)
-    row = {"backend": choice.backend, "model": choice.model, "adapter": choice.adapter, "reason": choice.reason}
+    row = {
+        "backend": choice.backend,
+        "model": choice.model,
+        "adapter": choice.adapter,
+        "reason": redact_text(choice.reason),
+    }
     if choice.backend == "local" and settings.llm.model is None:
         row["cache"] = str(settings.models_dir)
     emit(row, as_json, title="model in effect")

@@ -72,6 +72,9 @@ def report_view(report: dict[str, Any], title: str):
         "mean steps": f"{report['mean_steps']:.1f}",
         "invalid-action rate": f"{report['invalid_action_rate']:.1%}",
     }
+    if report.get("errored"):
+        reasons = "; ".join(f"{why} ({n})" for why, n in report.get("error_reasons", {}).items())
+        rows["ended in an error"] = f"{report['errored']} (not counted as failures): {reasons}"
     if "memory_overrides" in report:
         win = report["override_win_rate"]
         rows["memory overrides"] = f"{report['memory_overrides']} of {report['scored_steps']} scored steps" + (
@@ -85,10 +88,10 @@ def report_view(report: dict[str, Any], title: str):
 @command(app)
 def run(
     task: str = typer.Argument(..., help="Task name, e.g. keyroom/key (see `crl tasks`)."),
-    episodes: int = typer.Option(10, "--episodes", "-n", help="Episodes to play."),
-    parallel: int | None = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
-    seed: int = typer.Option(0, "--seed", help="Offset into the task's train seeds."),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    episodes: int = typer.Option(10, "--episodes", "-n", min=1, help="Episodes to play."),
+    parallel: int | None = typer.Option(None, "--parallel", "-k", min=1, help="Episodes played at once (batched)."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Offset into the task's train seeds."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Step limit per episode."),
     resume: str | None = typer.Option(None, "--resume", help="Continue an interrupted run by id."),
     no_memory: bool = typer.Option(False, "--no-memory", help="Do not store this run's experience in the bank."),
     no_reflect: bool = typer.Option(False, "--no-reflect", help="Do not distil rules every reflect.every episodes."),
@@ -161,9 +164,9 @@ def run(
 def evaluate(
     task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
     fold: Fold = typer.Option("dev", "--fold", help="Held-out seeds (train seeds are for collecting experience)."),
-    episodes: int = typer.Option(20, "--episodes", "-n", help="Episodes to evaluate."),
-    parallel: int | None = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Step limit per episode."),
+    episodes: int = typer.Option(20, "--episodes", "-n", min=1, help="Episodes to evaluate."),
+    parallel: int | None = typer.Option(None, "--parallel", "-k", min=1, help="Episodes played at once (batched)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Step limit per episode."),
     memory_url: str | None = MemoryUrlOpt,
     memory: MemoryMode | None = MemoryModeOpt,
     policy: Policy | None = PolicyOpt,

@@ -74,6 +74,20 @@ class LLMError(RuntimeError):
     """A backend failed in a way the user can act on; the message says how."""
 
 
+class BatchError(LLMError):
+    """Some conversations of a batch got no reply (after the backend's retries).
+
+    Attributes:
+        results: per conversation, its reply, or None where it failed.
+        errors: per conversation, why it failed, or None where it got a reply.
+    """
+
+    def __init__(self, message: str, results: list[Completion | None], errors: list[str | None]) -> None:
+        super().__init__(message)
+        self.results = results
+        self.errors = errors
+
+
 @runtime_checkable
 class ChatModel(Protocol):
     """A chat model with batched generation and its own token counter.

@@ -30,11 +30,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
+import httpx
 import openai
 
-from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, ToolCall, cut_at_stop
+from crl.agent.llm.base import BatchError, Completion, GenerationConfig, LLMError, Message, ToolCall, cut_at_stop
 from crl.agent.llm.served_scoring import ServedEndpointError, ServedScorer, ServedScoringOptions
 from crl.agent.llm.tokens import TiktokenCounter
+from crl.agent.redaction import environment_secrets, redact_text, redact_url, url_secrets
 
 if TYPE_CHECKING:
     from crl.agent.llm.scoring import ActionDistribution
@@ -128,20 +130,38 @@ class OpenAIChatModel:
         self._scorer = ServedScorer(self, scoring)
 
     def __repr__(self) -> str:
-        where = self.base_url or "OpenAI"
-        return f"OpenAIChatModel(model={self.name!r}, base_url={where!r})"
+        return f"OpenAIChatModel(model={self.name!r}, base_url={self._where()!r})"
 
     def generate(self, batch: list[list[Message]], config: GenerationConfig) -> list[Completion]:
         """One reply per conversation in `batch`, in order, sent concurrently.
 
         Raises:
-            LLMError: a request failed after the SDK's retries; the message says why.
+            LLMError: the one request of a batch of one failed after the SDK's retries; the
+                message says why.
+            BatchError: some requests of a larger batch failed; it holds the replies that came
+                back and each failure's reason, so the others are not lost.
         """
         if len(batch) <= 1:
             return [self._complete(messages, config) for messages in batch]
+
+        def attempt(messages: list[Message]) -> tuple[Completion | None, str | None]:
+            try:
+                return self._complete(messages, config), None
+            except LLMError as exc:
+                return None, str(exc)
+
         workers = min(self.concurrency, len(batch))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai") as pool:
-            return list(pool.map(lambda messages: self._complete(messages, config), batch))
+            outcomes = list(pool.map(attempt, batch))
+        errors = [e for _, e in outcomes]
+        failed = [e for e in errors if e is not None]
+        if failed:
+            raise BatchError(
+                f"{len(failed)} of {len(batch)} requests failed; the first: {failed[0]}",
+                [c for c, _ in outcomes],
+                errors,
+            )
+        return [c for c, _ in outcomes]  # type: ignore[misc]
 
     def score_actions(
         self, batch: list[list[Message]], candidates: list[list[str]], temperature: float = 1.0
@@ -213,10 +233,13 @@ class OpenAIChatModel:
             response = self._client.chat.completions.create(**self._request(sent, config))
         except openai.OpenAIError as exc:
             raise LLMError(self._scrub(self._explain(exc))) from None
+        except (httpx.HTTPError, ValueError) as exc:  # a body cut short or not JSON
+            raise LLMError(self._scrub(f"openai backend: unreadable answer from {self._where()}: {exc}")) from None
         latency = time.perf_counter() - started
-        if not response.choices:
+        choices = getattr(response, "choices", None)
+        if not choices or getattr(choices[0], "message", None) is None:
             raise LLMError(f"openai backend: {self._where()} returned no choices")
-        choice = response.choices[0]
+        choice = choices[0]
         text, stopped = cut_at_stop(choice.message.content or "", config.stop)
         usage = response.usage
         calls = [
@@ -252,7 +275,8 @@ class OpenAIChatModel:
         return request
 
     def _where(self) -> str:
-        return self.base_url or "OpenAI"
+        """The endpoint as messages show it: its userinfo and secret query values masked."""
+        return redact_url(self.base_url) if self.base_url else "OpenAI"
 
     def _explain(self, exc: openai.OpenAIError) -> str:
         where = self._where()
@@ -271,6 +295,11 @@ class OpenAIChatModel:
             return f"openai backend: {type(exc).__name__} at {where}: {exc}"
         status = exc.status_code
         detail = _server_message(exc)
+        if status in (400, 413, 422) and _is_context_overflow(exc, detail):
+            return (
+                f"openai backend: the prompt does not fit the context of model {self.name!r} at {where} "
+                f"({status}): {detail} — lower agent.max_prompt_tokens or llm.max_new_tokens"
+            )
         if status == 401:
             return f"openai backend: authentication failed (401) at {where} — check the API key in {self._key_source}"
         if status == 403:
@@ -293,9 +322,8 @@ class OpenAIChatModel:
 
     def _scrub(self, text: str) -> str:
         key = self._key.value
-        if key and key != NO_KEY_PLACEHOLDER:
-            text = text.replace(key, "***")
-        return text
+        secrets = [key] if key and key != NO_KEY_PLACEHOLDER else []
+        return redact_text(text, secrets + url_secrets(self.base_url or "") + environment_secrets())
 
 
 def _without_priming(messages: list[Message]) -> list[Message]:
@@ -317,6 +345,18 @@ def _server_message(exc: openai.APIStatusError) -> str:
         if detail:
             return detail if isinstance(detail, str) else json.dumps(detail)
     return exc.message
+
+
+CONTEXT_OVERFLOW_HINTS = ("context_length_exceeded", "maximum context length", "context length", "too many tokens")
+
+
+def _is_context_overflow(exc: openai.APIStatusError, detail: str) -> bool:
+    """Whether the server refused the request because the prompt is longer than the model's context."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    code = error.get("code") if isinstance(error, dict) else None
+    text = f"{code or ''} {detail}".lower()
+    return any(hint in text for hint in CONTEXT_OVERFLOW_HINTS)
 
 
 def _cause(exc: BaseException) -> str:
