@@ -33,7 +33,7 @@ def test_the_committed_items_are_what_the_generator_makes():
 def test_items_have_answers_ids_and_balanced_folds():
     items = committed_items()
     assert len(items) >= 240 and len({i["id"] for i in items}) == len(items)
-    assert Counter(i["split"] for i in items) == {"train": 160, "dev": 40, "test": 40}
+    assert Counter(i["split"] for i in items) == {"train": 168, "dev": 36, "test": 36}
     kinds = {fold: Counter(i["prompt"].split()[1] for i in items if i["split"] == fold) for fold in ("dev", "test")}
     assert kinds["dev"] == kinds["test"], "every fold holds every kind of problem alike"
     assert all(isinstance(i["answer"], int | float) and i["answer"] >= 0 for i in items)
@@ -92,7 +92,7 @@ def test_the_readme_registration_plays_with_the_calculator(crl_home, clean_regis
          "--abs-tol", "0.01", "--tool", "examples/arithmetic/tools.py:calculator", "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["items"] == "240 (160/40/40 train/dev/test)"
+    assert json.loads(r.stdout)["items"] == "240 (168/36/36 train/dev/test)"
     env = make_env("jsonl/arithmetic")
     seed = fold_seeds("jsonl/arithmetic", "dev", 1)[0]
     obs = env.reset(seed)

@@ -50,6 +50,7 @@ class LocalChatModel:
     """
 
     supports_prefill = True
+    primes_tool_calls = True  # small local models write tool arguments, not whole calls (`agent.tool_choice`)
 
     def __init__(
         self,

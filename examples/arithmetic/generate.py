@@ -1,9 +1,11 @@
 """Write `items.jsonl`: arithmetic word problems with their answers and folds, the same every run.
 
 Each problem needs one or two multi-digit operations, easy with the `calculator` tool in
-`tools.py` and hard for a small model in its head. Items come in rounds of one problem per
-template, and whole rounds go to a fold (`split_of`), so every fold holds every kind of problem
-in the same proportions: 240 items are 160 train, 40 dev and 40 test.
+`tools.py` and hard for a small model in its head. Ten templates are word problems, where the
+expression must be worked out from the story; two (`product`, `total`) state the operation, so
+the expression is the question's own numbers. Items come in rounds of one problem per template,
+and whole rounds go to a fold (`split_of`), so every fold holds every kind of problem in the
+same proportions: 240 items are 168 train, 36 dev and 36 test.
 
 Usage:
     python examples/arithmetic/generate.py            # rewrites examples/arithmetic/items.jsonl
@@ -100,6 +102,16 @@ def average(r: random.Random) -> Problem:
     ) // days
 
 
+def product(r: random.Random) -> Problem:
+    a, b = r.randint(12, 98), r.randint(12, 98)
+    return f"What is {a} times {b}?", a * b
+
+
+def total(r: random.Random) -> Problem:
+    a, b = r.randint(123, 987), r.randint(123, 987)
+    return f"What is {a} plus {b}?", a + b
+
+
 TEMPLATES: tuple[Callable[[random.Random], Problem], ...] = (
     shop,
     train,
@@ -111,6 +123,8 @@ TEMPLATES: tuple[Callable[[random.Random], Problem], ...] = (
     discount,
     tank,
     average,
+    product,
+    total,
 )
 
 

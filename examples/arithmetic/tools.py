@@ -35,7 +35,7 @@ def calculator(expression: str) -> str:
     abs, round, sqrt, min and max. Whole-number results have no decimal point.
 
     Args:
-        expression: the arithmetic to do, for example "37 * 48 + 12" or "round(72 * 0.75, 2)".
+        expression: the arithmetic to do, for example "37 * 48" or "round(72 * 0.75, 2)".
 
     Returns:
         The value, for example "1788".
