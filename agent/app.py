@@ -11,8 +11,11 @@ from crl.agent.advisor import MemoryAdvisor
 from crl.agent.auto_synthesis import make_auto_synthesis
 from crl.agent.config import Settings
 from crl.agent.llm.base import ChatModel, GenerationConfig
+from crl.agent.llm.deferred import DeferredModel
+from crl.agent.llm.embedded import EMBEDDED_MODEL_NAME
 from crl.agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
 from crl.agent.random_actor import RandomActor
+from crl.agent.redaction import redact_settings, redact_text
 from crl.agent.reflect import make_reflector
 from crl.agent.runner import EpisodePlan, Progress, Runner, RunnerStats
 from crl.agent.runs import RunInfo, RunStore, RunSummary, find_run, new_run_id, run_stores, summarise
@@ -55,6 +58,7 @@ class RunResult:
             "model": self.info.model,
             "episodes": s.finished,
             "errored": s.errored,
+            "error_reasons": dict(Counter(e.end_reason for e in self.episodes if e.status == "error").most_common(3)),
             "successes": s.successes,
             "success_rate": s.success_rate,
             "ci95": [lo, hi],
@@ -126,6 +130,7 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
         log_prompts=a.log_prompts,
         react=uses_react(settings),
         prefill=bool(getattr(model, "supports_prefill", False)),
+        tool_choice=a.tool_choice,
         generation=GenerationConfig(
             max_new_tokens=llm.max_new_tokens,
             temperature=llm.temperature,
@@ -161,11 +166,8 @@ def env_options(settings: Settings, task: str) -> dict:
 
 
 def settings_snapshot(settings: Settings) -> dict:
-    """The settings as JSON-safe data with secrets masked."""
-    data = settings.model_dump(mode="json")
-    if data.get("llm", {}).get("api_key"):
-        data["llm"]["api_key"] = "***"
-    return data
+    """The settings as JSON-safe data with secrets masked (API keys, URL passwords: `agent.redaction`)."""
+    return redact_settings(settings.model_dump(mode="json"))
 
 
 def open_bank(settings: Settings, actor: str | None = None):
@@ -207,6 +209,50 @@ def loaded_adapter(model: ChatModel) -> str | None:
     return str(adapter) if adapter else None
 
 
+def check_run_request(episodes: int, seed_start: int = 0) -> None:
+    """Refuse a run of fewer than one episode or a negative seed offset (they would wrap the seed slice)."""
+    if episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {episodes}")
+    if seed_start < 0:
+        raise ValueError(f"--seed must be 0 or more (an offset into the task's seeds), got {seed_start}")
+
+
+def check_task(settings: Settings, task: str) -> None:
+    """Build (and close) one environment of `task`, so a bad knob (`keyroom/key?n_rooms=x`) or a
+    missing suite is reported before a model loads or a run is recorded."""
+    env = make_env(task, **env_options(settings, task))
+    try:
+        env.close()
+    except Exception:
+        pass
+
+
+def acting_model(settings: Settings) -> ChatModel:
+    """The model a run acts with: built now, except under the random policy, which plays listed
+    actions without one (`DeferredModel`: built only if a step or the reflector asks it)."""
+    if settings.agent.policy != "random":
+        return build_chat_model(settings)
+    choice = choose_model(settings.llm)
+    name = EMBEDDED_MODEL_NAME if choice.model == EMBEDDED_LABEL else choice.model
+    openai = choice.backend == "openai"
+    return DeferredModel(
+        lambda: build_chat_model(settings),
+        name,
+        supports_prefill=not openai,
+        supports_tools=openai,
+        primes_tool_calls=not openai,
+    )
+
+
+def run_bank(settings: Settings, kind: str, run_id: str):
+    """The bank a run of `kind` writes to or reads from (None when it uses none), opened before the
+    model loads so a locked store or an unreachable server is refused at once."""
+    learns = kind != "eval"
+    if settings.memory.enabled and (learns or uses_memory_in_loop(settings)):
+        return open_bank(settings, actor=f"run:{run_id}")
+    return None
+
+
 def start_run(
     settings: Settings,
     task: str,
@@ -218,25 +264,39 @@ def start_run(
     progress: Progress | None = None,
     on_episode_end: Callable[[Episode], None] | None = None,
 ) -> RunResult:
-    """Play `episodes` episodes of `task` on seeds of `fold` and log them as a new run."""
+    """Play `episodes` episodes of `task` on seeds of `fold` and log them as a new run.
+
+    Everything that can refuse the run is checked before the model loads: the counts, the task
+    and its knobs, the bank (lock, server). A run that fails once recorded is marked "failed"
+    in its `run.json`, with the reason.
+    """
+    check_run_request(episodes, seed_start)
     see_added_tasks(settings)
     get_task(task)
     seeds = fold_seeds(task, fold, episodes, seed_start)
-    model = model or build_chat_model(settings)
-    info = RunInfo(
-        run_id=new_run_id(),
-        kind=kind,
-        task=task,
-        seeds=seeds,
-        model=getattr(model, "name", ""),
-        adapter=loaded_adapter(model) or settings.llm.adapter,
-        settings=settings_snapshot(settings) | {"fold": fold},
-        prompt_templates=templates_hash(),
-    )
-    store = RunStore(settings.evals_dir if kind == "eval" else settings.runs_dir)
-    store.create(info)
+    check_task(settings, task)
+    run_id = new_run_id()
+    bank = run_bank(settings, kind, run_id)
+    try:
+        model = model or acting_model(settings)
+        info = RunInfo(
+            run_id=run_id,
+            kind=kind,
+            task=task,
+            seeds=seeds,
+            model=getattr(model, "name", ""),
+            adapter=loaded_adapter(model) or settings.llm.adapter,
+            settings=settings_snapshot(settings) | {"fold": fold},
+            prompt_templates=templates_hash(),
+        )
+        store = RunStore(settings.evals_dir if kind == "eval" else settings.runs_dir)
+        store.create(info)
+    except BaseException:
+        if bank is not None:
+            bank.close()
+        raise
     plans = [EpisodePlan(f"{info.run_id}-{i:04d}", seed) for i, seed in enumerate(seeds)]
-    return _execute(settings, store, info, plans, model, progress, on_episode_end)
+    return _execute(settings, store, info, plans, model, progress, on_episode_end, bank)
 
 
 def resume_run(
@@ -248,14 +308,21 @@ def resume_run(
 ) -> RunResult:
     """Continue run `run_id`: finished episodes are kept, an interrupted one is replayed from
     its logged steps and continued, the rest are played, under the agent and retrieval
-    settings the run started with."""
+    settings the run started with. The bank is opened (and its lock taken) before the model loads."""
     store = find_run(run_stores(settings), run_id)
     info = store.load(run_id)
     settings = _as_started(settings, info)
     if model is None and info.adapter and not settings.llm.adapter:
         settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"adapter": info.adapter})})
     logged = {e.episode_id: e for e in store.episodes(run_id)}
-    model = model or build_chat_model(settings)
+    check_task(settings, info.task)
+    bank = run_bank(settings, info.kind, run_id)
+    try:
+        model = model or acting_model(settings)
+    except BaseException:
+        if bank is not None:
+            bank.close()
+        raise
     plans = []
     for i, seed in enumerate(info.seeds):
         eid = f"{run_id}-{i:04d}"
@@ -272,8 +339,8 @@ def resume_run(
             elif not logged_retry.finished:
                 retry.logged = logged_retry
                 plans.append(retry)
-    info.status = "running"
-    return _execute(settings, store, info, plans, model, progress, on_episode_end)
+    info.status, info.error = "running", None
+    return _execute(settings, store, info, plans, model, progress, on_episode_end, bank)
 
 
 def uses_memory_in_loop(settings: Settings) -> bool:
@@ -294,6 +361,24 @@ def _as_started(settings: Settings, info: RunInfo) -> Settings:
     return settings.model_copy(update=update)
 
 
+def mark_ended(store: RunStore, info: RunInfo, exc: BaseException) -> None:
+    """Record in `run.json` why a run stopped early: "interrupted" (Ctrl-C: `--resume` continues
+    it) or "failed" with the reason (secrets masked)."""
+    if isinstance(exc, KeyboardInterrupt):
+        info.status, info.error = "interrupted", None
+    else:
+        info.status = "failed"
+        info.error = redact_text(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
+    info.finished_at = time.time()
+    try:
+        store.save(info)
+    except OSError:
+        pass
+
+
+ERROR_CHARS = 2000
+
+
 def _execute(
     settings: Settings,
     store: RunStore,
@@ -302,12 +387,32 @@ def _execute(
     model: ChatModel,
     progress: Progress | None,
     on_episode_end: Callable[[Episode], None] | None,
+    bank=None,
 ) -> RunResult:
+    try:
+        stats = _play(settings, store, info, plans, model, progress, on_episode_end, bank)
+    except BaseException as exc:
+        mark_ended(store, info, exc)
+        raise
+    info.status = "finished"
+    info.finished_at = time.time()
+    store.save(info)
+    return RunResult(info, store.episodes(info.run_id), stats)
+
+
+def _play(
+    settings: Settings,
+    store: RunStore,
+    info: RunInfo,
+    plans: list[EpisodePlan],
+    model: ChatModel,
+    progress: Progress | None,
+    on_episode_end: Callable[[Episode], None] | None,
+    bank,
+) -> RunnerStats:
     learns = info.kind != "eval"
     in_loop = uses_memory_in_loop(settings)
-    bank = toolbox = None
-    if settings.memory.enabled and (learns or in_loop):
-        bank = open_bank(settings, actor=f"run:{info.run_id}")
+    toolbox = None
     try:
         advisor = None
         if bank is not None and learns:
@@ -360,7 +465,4 @@ def _execute(
             toolbox.close()
         if bank is not None:
             bank.close()
-    info.status = "finished"
-    info.finished_at = time.time()
-    store.save(info)
-    return RunResult(info, store.episodes(info.run_id), stats)
+    return stats

@@ -7,19 +7,23 @@ is `./crl.toml`, or the path in `CRL_CONFIG`, or `--config`.
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings.exceptions import SettingsError
 
+from crl.agent.redaction import MASK, is_secret_key, redact_settings, redact_text
 from crl.finetune.config import FinetuneConfig
 from crl.memory.config import MemoryConfig
 from crl.memory.reflection.config import ReflectorConfig
@@ -50,14 +54,14 @@ class LLMSettings(BaseModel):
     )
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
     api_key: SecretStr | None = Field(None, description="API key (prefer api_key_env; never logged).")
-    timeout_s: float = Field(60.0, description="Per-request timeout of the openai backend.")
-    max_retries: int = Field(3, description="Retries with backoff on 429, 5xx and connection errors.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout of the openai backend.")
+    max_retries: int = Field(3, ge=0, description="Retries with backoff on 429, 5xx and connection errors.")
     device: str = Field("auto", description="auto, cpu or cuda (local backend).")
     dtype: str = Field("auto", description="auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32.")
-    temperature: float = Field(0.0, description="0 is greedy decoding.")
-    top_p: float = Field(1.0, description="Nucleus sampling mass when temperature > 0.")
-    max_new_tokens: int = Field(48, description="Most tokens generated per agent step.")
-    seed: int | None = Field(0, description="Sampling seed for reproducible runs.")
+    temperature: float = Field(0.0, ge=0, description="0 is greedy decoding.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass when temperature > 0.")
+    max_new_tokens: int = Field(48, ge=1, description="Most tokens generated per agent step.")
+    seed: int | None = Field(0, ge=0, description="Sampling seed for reproducible runs.")
 
 
 class PosteriorSettings(BaseModel):
@@ -108,28 +112,38 @@ class AgentSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_steps: int | None = Field(None, description="Step limit per episode; unset: the task's own limit.")
+    max_steps: int | None = Field(None, ge=1, description="Step limit per episode; unset: the task's own limit.")
     max_episode_tokens: int = Field(
-        200_000, description="Token budget per episode (prompt + completion, summed over steps)."
+        200_000, ge=1, description="Token budget per episode (prompt + completion, summed over steps)."
     )
-    max_episode_seconds: float = Field(600.0, description="Wall-clock limit per episode.")
-    history_window: int = Field(4, description="Recent steps shown in the prompt.")
+    max_episode_seconds: float = Field(600.0, ge=0, description="Wall-clock limit per episode.")
+    history_window: int = Field(4, ge=0, description="Recent steps shown in the prompt.")
     max_prompt_tokens: int = Field(
-        1024, description="Token budget of one step's prompt; memory items are fitted into what is left."
+        1024, ge=1, description="Token budget of one step's prompt; memory items are fitted into what is left."
     )
-    max_observation_tokens: int = Field(400, description="Observations longer than this are shortened in the prompt.")
-    parallel: int = Field(8, description="Episodes played at once, their prompts batched together.")
+    max_observation_tokens: int = Field(
+        400, ge=1, description="Observations longer than this are shortened in the prompt."
+    )
+    parallel: int = Field(8, ge=1, le=1024, description="Episodes played at once, their prompts batched together.")
     reply_format: Literal["auto", "react", "action"] = Field(
         "auto",
         description="react: 'Thought:' then 'Action:'; action: 'Action:' only. auto: action for the "
         "embedded 135M model (it loses the action after a thought), react for every other model.",
+    )
+    tool_choice: Literal["auto", "score", "generate"] = Field(
+        "auto",
+        description="Tool-using tasks in text mode. score: score the tool names, then prime the reply with the "
+        "chosen tool's opening so the model writes only the arguments (`agent.tool_choice`); generate: the "
+        "model writes the whole call; auto: score with the local backend, generate with the others.",
     )
     loop_breaker: bool = Field(
         True,
         description="Replace a reply the model already gave in the same situation by an untried "
         "admissible action (greedy decoding on deterministic games otherwise loops forever).",
     )
-    fuzzy_threshold: float = Field(0.75, description="Similarity needed to map a reply onto an admissible action.")
+    fuzzy_threshold: float = Field(
+        0.75, ge=0, le=1, description="Similarity needed to map a reply onto an admissible action."
+    )
     log_prompts: Literal["memory", "all", "off"] = Field(
         "memory",
         description="Which steps log their exact prompt messages: memory (those whose prompt held "
@@ -253,18 +267,125 @@ def load_settings(overrides: dict[str, Any] | None = None, config_file: str | Pa
     `llm.model` from `CRL_LLM__MODEL` or `crl.toml`.
     """
     path = config_file_path(config_file)
+    toml = _toml_layer(path)  # a syntax error is reported here, naming the file
     _CONFIG_FILE_CONTEXT["path"] = path
     try:
         return Settings(**(overrides or {}))
+    except ValidationError as exc:
+        raise ValueError(_describe_invalid(exc, overrides or {}, toml, path)) from None
+    except SettingsError:
+        raise ValueError(_describe_unparsable_env()) from None
     finally:
         _CONFIG_FILE_CONTEXT["path"] = None
 
 
 def _toml_layer(path: Path | None) -> dict[str, Any]:
+    """The TOML file as a dict; a ValueError naming the file when it cannot be read as TOML."""
     if path is None:
         return {}
-    with open(path, "rb") as f:
-        return tomllib.load(f)
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config file {path} is not UTF-8 text (byte {exc.start}): TOML files are UTF-8") from None
+    except IsADirectoryError:
+        raise ValueError(f"config file {path} is a directory, not a TOML file") from None
+
+
+SECRET_WORDS = ("key", "token", "secret", "password")
+MAX_SHOWN_INPUT = 60
+
+
+def _has_path(tree: Any, loc: tuple) -> bool:
+    """Whether the nested dict `tree` holds `loc` (or a prefix of it given as one raw value)."""
+    node = tree
+    for part in loc:
+        if not isinstance(node, dict):
+            return True
+        if str(part) not in node:
+            return False
+        node = node[str(part)]
+    return True
+
+
+def _env_name(loc: tuple) -> str:
+    """The environment variable that sets `loc` (or the shortest prefix of it that is set)."""
+    for n in range(1, len(loc) + 1):
+        name = ENV_PREFIX + NESTED_DELIMITER.join(str(p) for p in loc[:n]).upper()
+        if name in {k.upper() for k in os.environ}:
+            return name
+    return ENV_PREFIX + NESTED_DELIMITER.join(str(p) for p in loc).upper()
+
+
+def _shown_input(loc: tuple, given: Any) -> str:
+    if any(word in str(part).lower() for part in loc for word in SECRET_WORDS):
+        return ""
+    if isinstance(given, (dict, list)):
+        return ""
+    text = repr(given)
+    return f", got {text[:MAX_SHOWN_INPUT] + '...' if len(text) > MAX_SHOWN_INPUT else text}"
+
+
+def _describe_invalid(exc: ValidationError, flags: dict[str, Any], toml: dict[str, Any], path: Path | None) -> str:
+    """One line per bad setting: its dotted name, where it came from (flag, environment variable or
+    file) and what is wrong; values of secret-looking keys are never shown."""
+    env = _env_layer()
+    lines = []
+    for error in exc.errors():
+        loc = tuple(p for p in error["loc"] if p != "__root__")
+        dotted = ".".join(str(p) for p in loc) or "settings"
+        if _has_path(flags, loc):
+            where = "command-line flag"
+        elif _has_path(env, loc):
+            where = f"environment variable {_env_name(loc)}"
+        elif path is not None and _has_path(toml, loc):
+            where = f"config file {path}"
+        else:
+            where = "settings"
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown setting (check the spelling; `crl config` lists them all)"
+        lines.append(f"{dotted} ({where}): {message}{_shown_input(loc, error.get('input'))}")
+    head = "invalid setting" if len(lines) == 1 else f"{len(lines)} invalid settings"
+    return f"{head}: {lines[0]}" + "".join(f"\n  {line}" for line in lines[1:])
+
+
+def _is_complex(parts: list[str]) -> bool:
+    """Whether the setting at `parts` is a section or a list (its environment value is JSON)."""
+    model: Any = Settings
+    annotation: Any = None
+    for part in parts:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return False
+        annotation = fields[part].annotation
+        model = annotation
+    options = [annotation, *get_args(annotation)] if get_origin(annotation) in (Union, UnionType) else [annotation]
+    return any(
+        (isinstance(a, type) and issubclass(a, BaseModel)) or get_origin(a) in (list, dict, tuple, set) for a in options
+    )
+
+
+def _describe_unparsable_env() -> str:
+    """Which `CRL_*` variables hold a value that is not the JSON a list or section needs."""
+    bad = []
+    for name, raw in sorted(os.environ.items()):
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() == ENV_PREFIX + "CONFIG":
+            continue
+        parts = name[len(ENV_PREFIX) :].lower().split(NESTED_DELIMITER)
+        if not _is_complex(parts):
+            continue
+        try:
+            json.loads(raw)
+        except ValueError:
+            bad.append(name)
+    named = ", ".join(bad) if bad else "a CRL_* variable"
+    return (
+        f"environment variable {named}: cannot read its value; a list or a whole section is written "
+        """as JSON, e.g. CRL_AGENT__TOOLS='["pkg.mod:fn"]' or CRL_LLM='{"model": "m"}'"""
+    )
 
 
 def _env_layer() -> dict[str, Any]:
@@ -317,8 +438,12 @@ def explain_settings(
         else:
             source = "default"
         if isinstance(value, SecretStr):
-            value = "***" if value.get_secret_value() else ""
+            value = MASK if value.get_secret_value() else ""
         elif isinstance(value, Path):
-            value = str(value)
+            value = redact_text(str(value))
+        elif isinstance(value, str):
+            value = MASK if value and is_secret_key(key.rpartition(".")[2]) else redact_text(value)
+        elif isinstance(value, list):
+            value = redact_settings(value)
         rows.append((key, value, source))
     return rows

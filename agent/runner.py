@@ -3,6 +3,7 @@ as one batch, every step appended to the run's episode log as it happens."""
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -11,11 +12,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from crl.agent.advisor import MemoryAdvisor
 from crl.agent.candidates import DEFAULT_CAP, CandidateSet, ListsValidActions, build_candidates
-from crl.agent.llm.base import ChatModel, Completion, Message
+from crl.agent.llm.base import BackendRefused, BatchError, ChatModel, Completion, LLMError, Message
 from crl.agent.parsing import parse_reply
 from crl.agent.posterior import PosteriorPolicy, decide
 from crl.agent.random_actor import RandomActor
+from crl.agent.redaction import redact_text
 from crl.agent.session import EpisodeSession, LoopConfig
+from crl.agent.tool_choice import ToolPrime, by_tool_name, call_opening, choose_tool, primed
+from crl.memory.retrieval.episodic_control import memory_advantages
 from crl.memory.retrieval.retriever import RetrievalQuery
 from crl.memory.storage.episode_log import EpisodeLog
 from crl.memory.trajectory import Episode, MemoryOffer, Step
@@ -24,6 +28,16 @@ from crl.tasks.base import TextEnv
 if TYPE_CHECKING:
     from crl.agent.llm.scoring import ActionDistribution
     from crl.agent.tools.toolbox import Toolbox
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    """A prompt the model gave no reply or scores for (after its backend's retries): the step
+    is recorded as failed with `reason` and the episode ends in an error (retried once)."""
+
+    reason: str
 
 
 class Progress(Protocol):
@@ -49,6 +63,7 @@ class EpisodePlan:
 
 
 RETRY_SUFFIX = "-retry"
+MAX_FAILED_CALLS = 3
 
 
 @dataclass
@@ -119,6 +134,7 @@ class Runner:
         self.advisor = advisor
         self.posterior = posterior
         self.candidate_cap = candidate_cap
+        self._failed_calls = 0
 
     def count_text_tokens(self, text: str) -> int:
         """Tokens of `text` as the model counts them (without chat overhead)."""
@@ -168,7 +184,8 @@ class Runner:
                 if not live:
                     break
                 valid = [self._valid_now(s) for _, s in live]
-                packs = self._retrieve([s for _, s in live], stats, valid)
+                tool_names = [s.tools.names() if self._scores_tools(s) else None for _, s in live]
+                packs = self._retrieve([s for _, s in live], stats, [v or t for v, t in zip(valid, tool_names)])
                 listed = [self._actions(s) for _, s in live]
                 asks = [self.advisor is None or self.advisor.wants_model(actions) for actions in listed]
                 scored = [ask and self.scores(actions) for ask, actions in zip(asks, listed)]
@@ -176,32 +193,47 @@ class Runner:
                     s.messages(self.advisor.prompt_items(pack) if self.advisor else ()) if ask else None
                     for (_, s), pack, ask in zip(live, packs, asks)
                 ]
+                primes = self._prime_tools([s for _, s in live], prompts, packs, stats)
+                prompts = [p if pr is None else pr.messages for p, pr in zip(prompts, primes)]
                 generating = [ask and not sc for ask, sc in zip(asks, scored)]
                 replies = iter(self._generate([p for p, g in zip(prompts, generating) if g], stats))
                 generated = [next(replies) if g else None for g in generating]
+                generated = [
+                    pr.completed(g) if pr is not None and isinstance(g, Completion) else g
+                    for g, pr in zip(generated, primes)
+                ]
                 candidates = [
-                    self._candidate_set(s, pack, v, reply) if v is not None and reply is not None else None
+                    self._candidate_set(s, pack, v, reply) if v is not None and isinstance(reply, Completion) else None
                     for (_, s), pack, v, reply in zip(live, packs, valid, generated)
                 ]
                 listed = [c.actions if c is not None else a for c, a in zip(candidates, listed)]
                 scored = [sc or c is not None for sc, c in zip(scored, candidates)]
                 to_score = [(p, a) for p, a, sc in zip(prompts, listed, scored) if sc]
                 dists = iter(self._score([p for p, _ in to_score], [a for _, a in to_score], stats))
-                for (slot, session), pack, sc, admissible, reply, cands in zip(
-                    live, packs, scored, listed, generated, candidates
+                for (slot, session), pack, sc, admissible, reply, cands, prime in zip(
+                    live, packs, scored, listed, generated, candidates, primes
                 ):
                     choose = memory = None
+                    completion = reply
                     if sc:
-                        completion, choose = self._posterior_step(
-                            session, pack, admissible, next(dists), reply if cands else None, cands
-                        )
+                        dist = next(dists)
+                        if isinstance(dist, ModelFailure):
+                            completion = dist
+                        else:
+                            completion, choose = self._posterior_step(
+                                session, pack, admissible, dist, reply if cands else None, cands
+                            )
+                    if self.advisor is not None and pack is not None:
+                        memory = MemoryOffer.from_dict(pack.to_dict())
+                    if isinstance(completion, ModelFailure):
+                        step = session.model_failed(completion.reason, memory=memory)
+                        completion = None
                     else:
-                        completion = reply
-                    if self.advisor is not None:
-                        if choose is None:
+                        if self.advisor is not None and choose is None:
                             choose = self.advisor.chooser(pack, admissible, session.tried_here())
-                        memory = MemoryOffer.from_dict(pack.to_dict()) if pack is not None else None
-                    step = session.apply(completion, choose=choose, memory=memory)
+                        step = session.apply(completion, choose=choose, memory=memory)
+                        if prime is not None:
+                            step.extra.policy, step.decided_by = prime.decision, prime.decision.decided_by
                     self._record(session, step, completion, stats)
                     if session.finished:
                         self._end(session, stats, progress, pending)
@@ -216,6 +248,66 @@ class Runner:
                     pass
             stats.wall_seconds = time.monotonic() - t0
         return stats
+
+    def _scores_tools(self, session: EpisodeSession) -> bool:
+        """Whether this tool step's tool is chosen by scoring the tool names (`agent.tool_choice`)."""
+        return bool(
+            session.tools is not None
+            and not session.tools.native
+            and session.config.prefill
+            and not session.config.react
+            and callable(getattr(self.model, "score_actions", None))
+            and (
+                session.config.tool_choice == "score"
+                or (session.config.tool_choice == "auto" and getattr(self.model, "primes_tool_calls", False))
+            )
+        )
+
+    def _prime_tools(
+        self, sessions: list[EpisodeSession], prompts: list, packs: list, stats: RunnerStats
+    ) -> list[ToolPrime | None]:
+        """For each tool step that scores its tools: the tool chosen (the model's argmax, or the
+        posterior with memory's advantages of each tool) and the prompt primed with its opening;
+        None for the other sessions, and where scoring failed (the model then writes the call)."""
+        out: list[ToolPrime | None] = [None] * len(sessions)
+        rows = [i for i, (s, p) in enumerate(zip(sessions, prompts)) if p is not None and self._scores_tools(s)]
+        if not rows:
+            return out
+        temperature = self.posterior.temperature if self.posterior is not None else 1.0
+        t = time.monotonic()
+        try:
+            dists = self.model.score_actions(
+                [prompts[i] for i in rows], [sessions[i].tools.names() for i in rows], temperature
+            )
+        except LLMError as exc:
+            log.warning("scoring the tools failed, the model writes the call: %s", redact_text(str(exc)))
+            return out
+        finally:
+            stats.model_seconds += time.monotonic() - t
+        advisor = self.advisor if isinstance(self.advisor, MemoryAdvisor) else None
+        for i, dist in zip(rows, dists):
+            session, pack = sessions[i], packs[i]
+            advantages: dict = {}
+            near = by_tool_name(pack.neighbours) if pack is not None and pack.neighbours else []
+            if self.posterior is not None and advisor is not None and near:
+                config = self.posterior.config
+                advantages = memory_advantages(
+                    near,
+                    list(dist.actions),
+                    advisor.retriever.config,
+                    task=session.episode.task if config.same_task else None,
+                    untried=config.optimism if config.explore_untried else None,
+                    synthetic_weight=pack.synthetic_weight,
+                )
+            rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
+            decision = choose_tool(dist.as_mapping(), advantages, self.posterior, rng)
+            tool = decision.posterior["chosen"] if decision.posterior else decision.model_action
+            if decision.decided_by == "memory":
+                session.used_memory.extend(step.id for step, _ in near if step.action == tool)
+            opening = call_opening(tool, session.tools.parameters()[tool])
+            out[i] = ToolPrime(tool, opening, primed(prompts[i], opening), decision)
+            session.tokens_used += dist.prompt_tokens
+        return out
 
     def _actions(self, session: EpisodeSession) -> list[str] | None:
         """The actions the policy may choose from: those the observation lists, or for the
@@ -282,12 +374,23 @@ class Runner:
 
     def _score(
         self, batch: list[list[Message]], candidates: list[Sequence[str]], stats: RunnerStats
-    ) -> list[ActionDistribution]:
+    ) -> list[ActionDistribution | ModelFailure]:
+        """The model's distribution over each prompt's candidates; a `ModelFailure` for each
+        prompt of a batch whose scoring failed after the backend's retries."""
         if not batch:
             return []
         t = time.monotonic()
-        dists = self.model.score_actions(batch, [list(c) for c in candidates], self.posterior.temperature)
-        stats.model_seconds += time.monotonic() - t
+        try:
+            dists = self.model.score_actions(batch, [list(c) for c in candidates], self.posterior.temperature)
+        except BackendRefused:
+            raise
+        except LLMError as exc:
+            log.warning("scoring failed for %d prompt(s): %s", len(batch), redact_text(str(exc)))
+            self._count_failure(redact_text(str(exc)))
+            return [ModelFailure(redact_text(str(exc)))] * len(batch)
+        finally:
+            stats.model_seconds += time.monotonic() - t
+        self._failed_calls = 0
         stats.scored_decisions += len(batch)
         if len(dists) != len(batch):
             raise RuntimeError(f"model scored {len(dists)} prompts for a batch of {len(batch)}")
@@ -342,15 +445,44 @@ class Runner:
 
         return completion, choose
 
-    def _generate(self, batch: list[list[Message]], stats: RunnerStats) -> list[Completion]:
+    def _generate(self, batch: list[list[Message]], stats: RunnerStats) -> list[Completion | ModelFailure]:
+        """One reply per prompt; a `ModelFailure` for each prompt that got none after the
+        backend's retries (a `BatchError` keeps the replies that did come back)."""
         if not batch:
             return []
         t = time.monotonic()
-        completions = self.model.generate(batch, self.config.generation)
-        stats.model_seconds += time.monotonic() - t
+        try:
+            completions: list = self.model.generate(batch, self.config.generation)
+        except BackendRefused:
+            raise
+        except BatchError as exc:
+            log.warning("%s", redact_text(str(exc)))
+            completions = [
+                c if c is not None else ModelFailure(redact_text(e or str(exc)))
+                for c, e in zip(exc.results, exc.errors)
+            ]
+        except LLMError as exc:
+            log.warning("generation failed for %d prompt(s): %s", len(batch), redact_text(str(exc)))
+            completions = [ModelFailure(redact_text(str(exc)))] * len(batch)
+        finally:
+            stats.model_seconds += time.monotonic() - t
+        if all(isinstance(c, ModelFailure) for c in completions):
+            self._count_failure(completions[0].reason)
+        else:
+            self._failed_calls = 0
         if len(completions) != len(batch):
             raise RuntimeError(f"model returned {len(completions)} replies for a batch of {len(batch)}")
         return completions
+
+    def _count_failure(self, reason: str) -> None:
+        """Count a model call in which no prompt got an answer; stop the run (resumable) after
+        `MAX_FAILED_CALLS` in a row, rather than erroring every remaining episode."""
+        self._failed_calls += 1
+        if self._failed_calls >= MAX_FAILED_CALLS:
+            raise LLMError(
+                f"the model failed {self._failed_calls} calls in a row, so the run stopped; the last: {reason}. "
+                f"Continue it with `crl run --resume {self.run_id}` once the model answers again"
+            )
 
     def _record(self, session: EpisodeSession, step: Step, completion: Completion | None, stats: RunnerStats) -> None:
         self.log.step(session.episode.episode_id, step)

@@ -38,6 +38,7 @@ class LoopConfig:
     log_prompts: str = "memory"
     react: bool = True
     prefill: bool = True
+    tool_choice: str = "auto"
     generation: GenerationConfig = field(
         default_factory=lambda: GenerationConfig(max_new_tokens=48, stop=list(DEFAULT_STOP))
     )
@@ -216,7 +217,9 @@ class EpisodeSession:
         if action is None:
             step.valid = False
             step.extra.feedback = parsed.error
-            self.history.unusable(parsed.raw_action, parsed.error)
+            if asked_model and completion.finish_reason == "length":
+                step.extra.feedback = f"{parsed.error} (the reply was cut off at the token limit: keep it short)"
+            self.history.unusable(parsed.raw_action, step.extra.feedback)
         else:
             try:
                 obs, reward, done, info = self.env.step(action)
@@ -232,6 +235,26 @@ class EpisodeSession:
             self._advance(action, obs, step, info)
         self.episode.steps.append(step)
         self._check_guards(step)
+        return step
+
+    def model_failed(self, reason: str, memory: MemoryOffer | None = None) -> Step:
+        """Record a step whose model call failed (no reply after the backend's retries) and end
+        the episode in an error: it is neither a success nor a failure of the agent's, and the
+        runner retries it once. The step says why (`info["error"]`, `extra.feedback`)."""
+        why = f"model error: {reason}"
+        step = Step(
+            index=len(self.episode.steps),
+            observation=self.observation.text,
+            admissible_actions=self.observation.admissible_actions,
+            action="",
+            valid=False,
+            info={"error": why},
+            extra=StepExtra(feedback=why, memory=memory),
+        )
+        if self.last_prompt is not None:
+            step.extra.prompt = self.last_prompt
+        self.episode.steps.append(step)
+        self._finish("error", why)
         return step
 
     def _untried_action(self, tried: set[str], index: int) -> str | None:

@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from crl.agent.llm.base import LLMError
+from crl.agent.redaction import guard_logging, redact_text
 from crl.finetune.errors import FinetuneError
 from crl.memory.errors import BankError
 from crl.tasks.base import TaskError
@@ -40,6 +41,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 out = Console()
 err = Console(stderr=True)
+guard_logging()
 
 STATE: dict[str, Any] = {"config": None, "home": None}
 
@@ -56,6 +58,7 @@ FIXABLE = (
     PermissionError,
     IsADirectoryError,
     NotADirectoryError,
+    OSError,  # a read-only or full disk, a path whose parent is a file: the message names the path
 )
 
 
@@ -113,6 +116,7 @@ def configure_logging(verbose: int = 0, level: str | None = None) -> int | None:
     chosen = logging.getLevelName(level.upper()) if level else logging.DEBUG if verbose >= 2 else logging.INFO
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    guard_logging(handler)
     logging.basicConfig(level=chosen, handlers=[handler], force=True)
     return chosen
 
@@ -169,9 +173,11 @@ PolicyOpt = typer.Option(
     "--policy",
     help="Who acts: the model (llm), memory (episodic control), both (mixed thresholds, or the posterior over scored actions), or random (baseline).",
 )
-KSuccessOpt = typer.Option(None, "--k-success", help="Successful episodes shown per step.")
-KFailureOpt = typer.Option(None, "--k-failure", help="Failed episodes shown per step (the contrast).")
-EpsilonOpt = typer.Option(None, "--epsilon", help="Chance a memory slot goes to a novel, rarely used memory.")
+KSuccessOpt = typer.Option(None, "--k-success", min=0, help="Successful episodes shown per step.")
+KFailureOpt = typer.Option(None, "--k-failure", min=0, help="Failed episodes shown per step (the contrast).")
+EpsilonOpt = typer.Option(
+    None, "--epsilon", min=0.0, max=1.0, help="Chance a memory slot goes to a novel, rarely used memory."
+)
 NoUtilityOpt = typer.Option(False, "--no-utility", help="Rank memories without their learned utility.")
 RerankOpt = typer.Option(None, "--rerank", help="cross-encoder needs retrieval.cross_encoder_model.")
 
@@ -199,7 +205,7 @@ def memory_flags(memory, policy, k_success, k_failure, epsilon, no_utility: bool
 
 def print_error(exc: BaseException) -> None:
     """An error as one red line; further lines of its message (e.g. each bad line of a file) follow as they are."""
-    header, *details = str(exc).splitlines() or [type(exc).__name__]
+    header, *details = redact_text(str(exc)).splitlines() or [type(exc).__name__]
     err.print(f"[bold red]error:[/] {escape(header)}", highlight=False)
     for line in details:
         err.print(line, highlight=False, markup=False)

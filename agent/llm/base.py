@@ -74,6 +74,11 @@ class LLMError(RuntimeError):
     """A backend failed in a way the user can act on; the message says how."""
 
 
+class BackendRefused(LLMError):
+    """The backend refuses every request alike (authentication, permission, an unknown model or
+    route): retrying or going on to the next step cannot help, so a run stops at once."""
+
+
 class BatchError(LLMError):
     """Some conversations of a batch got no reply (after the backend's retries).
 

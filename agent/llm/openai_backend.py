@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 import openai
 
-from crl.agent.llm.base import BatchError, Completion, GenerationConfig, LLMError, Message, ToolCall, cut_at_stop
+from crl.agent.llm.base import (
+    BackendRefused,
+    BatchError,
+    Completion,
+    GenerationConfig,
+    LLMError,
+    Message,
+    ToolCall,
+    cut_at_stop,
+)
 from crl.agent.llm.served_scoring import ServedEndpointError, ServedScorer, ServedScoringOptions
 from crl.agent.llm.tokens import TiktokenCounter
 from crl.agent.redaction import environment_secrets, redact_text, redact_url, url_secrets
@@ -43,6 +52,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REFUSING_STATUSES = frozenset({401, 403, 404})
+"""Answers that every later request would get too (a wrong key, no access, no such model or route)."""
 MAX_STOP_STRINGS = 4  # the API rejects more; the rest are applied locally
 NO_KEY_PLACEHOLDER = "not-needed"
 
@@ -147,6 +158,8 @@ class OpenAIChatModel:
         def attempt(messages: list[Message]) -> tuple[Completion | None, str | None]:
             try:
                 return self._complete(messages, config), None
+            except BackendRefused:
+                raise
             except LLMError as exc:
                 return None, str(exc)
 
@@ -232,7 +245,8 @@ class OpenAIChatModel:
         try:
             response = self._client.chat.completions.create(**self._request(sent, config))
         except openai.OpenAIError as exc:
-            raise LLMError(self._scrub(self._explain(exc))) from None
+            refused = isinstance(exc, openai.APIStatusError) and exc.status_code in REFUSING_STATUSES
+            raise (BackendRefused if refused else LLMError)(self._scrub(self._explain(exc))) from None
         except (httpx.HTTPError, ValueError) as exc:  # a body cut short or not JSON
             raise LLMError(self._scrub(f"openai backend: unreadable answer from {self._where()}: {exc}")) from None
         latency = time.perf_counter() - started
