@@ -9,6 +9,7 @@ from crl.prompts.budget import BudgetItem, TokenCount, allocate, truncate_middle
 from crl.prompts.render import render
 from crl.prompts.report import PromptReport
 from crl.prompts.state import HistoryItem, PromptState
+from crl.prompts.untrusted import MEMORY_CLOSE, MEMORY_OPEN
 
 MessageCount = Callable[[list[dict[str, str]]], int]
 
@@ -63,9 +64,12 @@ class PromptBudget:
 
 
 def render_memory(items: Sequence[BudgetItem]) -> str:
-    """The memory section of the prompt: cases, step hints and rules, in that order."""
+    """The memory section of the prompt: cases, step hints and rules, in that order, framed as
+    data between `untrusted.MEMORY_OPEN` and `MEMORY_CLOSE` (stored text neutralised)."""
     return render(
         "memory.j2",
+        open=MEMORY_OPEN,
+        close=MEMORY_CLOSE,
         cases=[i for i in items if i.section == "case"],
         hints=[i for i in items if i.section == "hint"],
         rules=[i for i in items if i.section == "rule"],

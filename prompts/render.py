@@ -7,6 +7,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from crl.prompts.untrusted import neutralise
+
 if TYPE_CHECKING:
     from jinja2 import Environment
 
@@ -49,6 +51,7 @@ def _env() -> "Environment":
         autoescape=False,
     )
     env.filters["shorten"] = shorten
+    env.filters["data"] = neutralise
     return env
 
 

@@ -144,6 +144,16 @@ class ReflectorConfig(BaseModel):
     )
     temperature: float = Field(0.0, ge=0, description="Sampling temperature of the reflecting model (0: greedy).")
     seed: int | None = Field(0, description="Sampling seed of the reflecting model.")
+    strip_instructions: bool = Field(
+        True,
+        description="Poisoning defence: replace instruction-like spans of stored text (`prompts.untrusted`) in what "
+        "the reflector reads, and refuse a rule whose text is instruction-like or copies such a span.",
+    )
+    verified_only: bool = Field(
+        True,
+        description="Poisoning defence: an episode that claims success without the environment having verified it "
+        "is not reflected on (as a success or at all), nor mined.",
+    )
     mine: MiningConfig = Field(
         default_factory=MiningConfig,
         description="Rules mined from the bank's statistics (preconditions, orderings, dead ends), no model needed.",

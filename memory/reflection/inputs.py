@@ -14,7 +14,9 @@ critiqued per game; successes not yet in a group are grouped per task (a lone su
 waits for a second). Pairs come first, then groups, then critiques (the reflector takes
 at most `max_inputs` of them per run; the rest wait for the next).
 A failure critiqued earlier is still paired once a success arrives. Quarantined,
-unfinished and errored episodes are never chosen.
+unfinished and errored episodes are never chosen, nor (with `verified_only`) an episode that
+claims success the environment did not verify. With `strip_instructions`, `episode_text`
+replaces instruction-like spans before the reflector reads them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,20 @@ from typing import Any, Literal
 from crl.memory.records import EpisodeRecord
 from crl.memory.reflection.config import ReflectorConfig
 from crl.memory.reflection.rule_editor import RuleTarget
+from crl.memory.retrieval.influence import claims_success, counts_as_success
+from crl.prompts.untrusted import instruction_spans, strip_instructions
+
+
+def planted_instructions(records: Iterable[EpisodeRecord]) -> list[str]:
+    """The instruction-like spans (`prompts.untrusted.instruction_spans`) in the goals, observations
+    and actions of `records`: what a rule must not come from."""
+    found: list[str] = []
+    for record in records:
+        texts = [record.goal] + [f"{s.observation}\n{s.action}\n{s.raw_output or ''}" for s in record.trajectory]
+        for text in texts:
+            found += [span.text(text) for span in instruction_spans(text)]
+    return found
+
 
 InputKind = Literal["pair", "group", "critique"]
 
@@ -87,8 +103,11 @@ class ReflectedSoFar:
             self.grouped.update(ids)
 
 
-def reflectable(record: EpisodeRecord) -> bool:
-    """Whether an episode may be reflected on: finished, not errored, not quarantined."""
+def reflectable(record: EpisodeRecord, verified_only: bool = False) -> bool:
+    """Whether an episode may be reflected on: finished, not errored, not quarantined (and, with
+    `verified_only`, not a success the environment did not verify: `influence.counts_as_success`)."""
+    if verified_only and claims_success(record) and not counts_as_success(record):
+        return False
     return record.tier != "quarantine" and record.outcome in ("success", "failure") and record.status != "error"
 
 
@@ -96,7 +115,7 @@ def select_inputs(
     episodes: Iterable[EpisodeRecord], done: ReflectedSoFar, config: ReflectorConfig
 ) -> list[ReflectionInput]:
     """Every reflection due for `episodes`, in the order to take them (see the module docstring)."""
-    eligible = sorted((e for e in episodes if reflectable(e)), key=lambda e: (e.created_at, e.id))
+    eligible = sorted((e for e in episodes if reflectable(e, config.verified_only)), key=lambda e: (e.created_at, e.id))
     successes: dict[str, list[EpisodeRecord]] = {}
     for e in eligible:
         if e.success:
@@ -128,16 +147,23 @@ def _flat(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def episode_text(record: EpisodeRecord, max_steps: int = 12, max_observation_chars: int = 160) -> str:
+def episode_text(
+    record: EpisodeRecord, max_steps: int = 12, max_observation_chars: int = 160, strip: bool = False
+) -> str:
     """An episode as the reflector reads it: goal, each observation and the action taken, the end.
 
-    Long episodes keep their first and last steps. Example output:
+    With `strip`, instruction-like spans of the goal, observations and actions are replaced
+    first (`prompts.untrusted.strip_instructions`), so a command planted in an observation is
+    never in the reflector's prompt; the cut to `max_observation_chars` comes after, so the
+    span cannot be cut in half and slip through. Long episodes keep their first and last steps.
+    Example output:
 
         Goal: Find the copper key and take it.
         1. You are in the study. You see a copper key. -> take copper key (reward 1)
         Result: success in 1 step.
     """
-    lines = [f"Goal: {_flat(record.goal, 2 * max_observation_chars)}"]
+    clean = strip_instructions if strip else str
+    lines = [f"Goal: {_flat(clean(record.goal), 2 * max_observation_chars)}"]
     steps = list(record.trajectory)
     shown: list[Any] = steps
     if len(steps) > max_steps:
@@ -148,11 +174,11 @@ def episode_text(record: EpisodeRecord, max_steps: int = 12, max_observation_cha
             lines.append(f"... ({len(steps) - max_steps} steps left out) ...")
             continue
         if step.valid and step.action:
-            did = step.action
+            did = clean(step.action)
         else:
-            did = f"(invalid reply: {_flat(step.raw_output or step.action, 60)!r})"
+            did = f"(invalid reply: {_flat(clean(step.raw_output or step.action), 60)!r})"
         reward = f" (reward {step.reward:g})" if step.reward else ""
-        lines.append(f"{step.index + 1}. {_flat(step.observation, max_observation_chars)} -> {did}{reward}")
+        lines.append(f"{step.index + 1}. {_flat(clean(step.observation), max_observation_chars)} -> {did}{reward}")
     n = record.length
     if record.success:
         lines.append(f"Result: success in {n} step{'s' if n != 1 else ''}.")

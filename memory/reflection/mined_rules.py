@@ -39,6 +39,7 @@ from crl.memory.reflection.mining_stats import (
     precondition_candidates,
 )
 from crl.memory.trajectory import Episode
+from crl.prompts.untrusted import is_instruction_like
 
 MINED_AUTHOR = "mined"
 MINED_TAG = "mined"
@@ -130,12 +131,15 @@ def new_mining_id() -> str:
     return "mn-" + time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def mined_episodes(bank, family: str, include_synthetic: bool = False) -> list[tuple[str, Episode]]:
-    """(record id, episode) of every finished, non-quarantined episode of `family`, oldest first."""
+def mined_episodes(
+    bank, family: str, include_synthetic: bool = False, verified_only: bool = True
+) -> list[tuple[str, Episode]]:
+    """(record id, episode) of every finished, non-quarantined episode of `family`, oldest first;
+    with `verified_only`, not the successes the environment did not verify (an import's claims)."""
     records = [
         r
         for r, _ in bank.view.scan("episode", [family], ("ok", "fail"), documents=True)
-        if isinstance(r, EpisodeRecord) and reflectable(r) and (include_synthetic or r.source == "real")
+        if isinstance(r, EpisodeRecord) and reflectable(r, verified_only) and (include_synthetic or r.source == "real")
     ]
     records.sort(key=lambda r: (r.created_at, r.id))
     return [(r.id, r.to_episode()) for r in records]
@@ -145,7 +149,9 @@ def judge(candidates: list[MinedCandidate], config: MiningConfig) -> None:
     """Mark each candidate kept or dropped (with the reason), strongest `max_rules` kept."""
     for c in candidates:
         c.kept, c.reason = False, ""
-        if c.support < config.min_support:
+        if is_instruction_like(c.text):
+            c.reason = "instruction-like text (an action or place copied from a planted instruction)"
+        elif c.support < config.min_support:
             c.reason = f"support {c.support} < {config.min_support}"
         elif c.confidence < config.min_confidence:
             c.reason = f"confidence {c.confidence:.2f} < {config.min_confidence:g}"

@@ -8,7 +8,9 @@ One run of the reflector (a reflection, id `rf-...`): pick what is due
 (`memory.reflection_inputs`: failure/success pairs, groups of successes, lone failures;
 never quarantined episodes), render one prompt per input (`prompts/templates/reflect.j2`,
 showing the rules in scope, numbered), generate the replies in batches, parse them
-(`memory.rule_ops`) and apply them (`memory.rule_editor`: ExpeL's votes, dedupe,
+(`memory.rule_ops`), refuse rules that are or copy an instruction planted in a stored
+observation (`drop_planted`, with `strip_instructions`; the prompt itself shows those spans
+replaced) and apply them (`memory.rule_editor`: ExpeL's votes, dedupe,
 contradictions, the cap). A bad reply costs nothing: its operations are rejected with
 reasons and counted. Prompts of one batch see the same rules; an operation on a rule an
 earlier reply of the batch removed is rejected.
@@ -39,10 +41,18 @@ from typing import Any, Protocol
 
 from crl.memory.records import EpisodeRecord, RuleRecord
 from crl.memory.reflection.config import ReflectorConfig
-from crl.memory.reflection.inputs import ReflectedSoFar, ReflectionInput, episode_text, reflectable, select_inputs
+from crl.memory.reflection.inputs import (
+    ReflectedSoFar,
+    ReflectionInput,
+    episode_text,
+    planted_instructions,
+    reflectable,
+    select_inputs,
+)
 from crl.memory.reflection.rule_editor import EditResult, RuleChange, RuleEditor, RuleTarget, scope_key
 from crl.memory.reflection.rule_ops import ParsedReply, Rejected, content_words, parse_operations, ungrounded
 from crl.prompts.render import render
+from crl.prompts.untrusted import is_instruction_like, shared_words
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +182,30 @@ def drop_ungrounded(parsed: ParsedReply, vocabulary: set[str]) -> ParsedReply:
     return ParsedReply(kept, rejected, parsed.other_lines, parsed.format)
 
 
+def planted_reason(text: str, planted: Sequence[str]) -> str | None:
+    """Why a rule text may not be stored, if it is instruction-like or copies one of the `planted`
+    spans found in the reflected episodes (four words in a row in common), else None."""
+    if is_instruction_like(text):
+        return "instruction-like text (prompts.untrusted.INSTRUCTION_PATTERNS)"
+    copied = next((span for span in planted if shared_words(text, span)), None)
+    if copied is not None:
+        return f"copies an instruction-like span of a stored observation: {copied[:80]!r}"
+    return None
+
+
+def drop_planted(parsed: ParsedReply, planted: Sequence[str]) -> ParsedReply:
+    """The reply without ADD and EDIT operations whose text is an injected instruction
+    (`planted_reason`); those become rejections with the reason."""
+    kept, rejected = [], list(parsed.rejected)
+    for op in parsed.ops:
+        why = planted_reason(op.text, planted) if op.kind in ("ADD", "EDIT") and op.text else None
+        if why:
+            rejected.append(Rejected(op.raw or op.describe(), f"refused rule: {why}"))
+        else:
+            kept.append(op)
+    return ParsedReply(kept, rejected, parsed.other_lines, parsed.format)
+
+
 def new_reflection_id() -> str:
     """A sortable, unique reflection id such as `rf-20261129-221530-3fa2`."""
     return "rf-" + time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -290,7 +324,9 @@ class Reflector:
         episodes = [
             r
             for r, _ in self.bank.view.scan("episode", families, ("ok", "fail"))
-            if isinstance(r, EpisodeRecord) and reflectable(r) and (since_run is None or r.run_id >= since_run)
+            if isinstance(r, EpisodeRecord)
+            and reflectable(r, self.config.verified_only)
+            and (since_run is None or r.run_id >= since_run)
         ]
         return select_inputs(episodes, self.log.done(), self.config)
 
@@ -301,7 +337,7 @@ class Reflector:
         out = []
         for item in inputs:
             records = [full[e.id].record for e in item.episodes if e.id in full]
-            if len(records) == len(item.episodes) and all(reflectable(r) for r in records):
+            if len(records) == len(item.episodes) and all(reflectable(r, self.config.verified_only) for r in records):
                 out.append(ReflectionInput(item.kind, item.task, records))  # type: ignore[arg-type]
         return out
 
@@ -318,7 +354,7 @@ class Reflector:
         episodes = [
             {
                 "label": labels[i] if i < len(labels) else f"Attempt {i + 1}",
-                "text": episode_text(e, c.max_steps_shown, c.max_observation_chars),
+                "text": episode_text(e, c.max_steps_shown, c.max_observation_chars, c.strip_instructions),
             }
             for i, e in enumerate(item.episodes)
         ]
@@ -398,6 +434,8 @@ class Reflector:
         self, editor: RuleEditor, item: ReflectionInput, rules: Sequence[RuleRecord], reply: str
     ) -> InputOutcome:
         parsed = parse_operations(reply)
+        if self.config.strip_instructions:
+            parsed = drop_planted(parsed, planted_instructions(item.episodes))
         if self.config.require_grounded:
             parsed = drop_ungrounded(parsed, episode_vocabulary(item))
         result: EditResult = editor.apply(

@@ -148,6 +148,59 @@ class RetrievalConfig(BaseModel):
         description="Mixed policy: the similarity weight (about: near-identical stored states) memory's best action needs to override.",
     )
 
+    defences: bool = Field(
+        True,
+        description="Memory-poisoning defences as a whole (`memory.retrieval.influence`); false turns every one "
+        "below off (for measuring them: `python bench/attack_suite.py`).",
+    )
+    sanitise_memory: bool = Field(
+        True,
+        description="Replace instruction-like spans of retrieved text (`prompts.untrusted.INSTRUCTION_PATTERNS`) by "
+        "'[instruction removed]' before it reaches the prompt.",
+    )
+    verified_only: bool = Field(
+        True,
+        description="Only environment-verified successes count as successes: an unverified claim of success "
+        "(an import, a forged record) is no success case, no hint, and no vote in episodic control.",
+    )
+    max_source_share: float = Field(
+        0.34,
+        gt=0,
+        le=1,
+        description="Most share of the support behind one action value that one source (a run or an import; each "
+        "verified episode is its own source) may hold; the prior pseudo-support `ec_prior_weight` counts as "
+        "another source. 1 turns the cap off.",
+    )
+    outlier_weight: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Factor on the vote of an outlier: an unverified record whose return disagrees by more than "
+        "`outlier_tolerance` with verified records of the same action in near-identical states "
+        "(similarity >= `outlier_similarity`), or that claims success where verified records of it only failed. 1: "
+        "flag only.",
+    )
+    outlier_similarity: float = Field(
+        0.9, gt=0, le=1, description="States at least this similar count as the same state for the outlier check."
+    )
+    outlier_tolerance: float = Field(
+        0.5, gt=0, le=2, description="Largest gap between a record's return and its verified peers' mean return."
+    )
+
+    def defence(self, name: str) -> bool:
+        """Whether the defence `name` (sanitise_memory, verified_only, ...) is on, `defences` included."""
+        return self.defences and bool(getattr(self, name))
+
+    @property
+    def source_share(self) -> float:
+        """The source cap in force: `max_source_share`, or 1 with the defences off."""
+        return self.max_source_share if self.defences else 1.0
+
+    @property
+    def outlier_factor(self) -> float:
+        """The factor on outliers' votes in force: `outlier_weight`, or 1 with the defences off."""
+        return self.outlier_weight if self.defences else 1.0
+
     @model_validator(mode="after")
     def _check_cross_encoder(self):
         if self.rerank == "cross-encoder" and not self.cross_encoder_model:

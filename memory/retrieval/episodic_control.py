@@ -25,6 +25,12 @@ A synthetic stored step (`source = "synthetic"`) votes with `synthetic_weight * 
 drift monitor's weight (`memory.synthesis.drift.synthetic_weight`), 1 unless its family's
 synthetic experience has drifted from the real one, so drifted synthesis adds less support.
 
+Poisoning defences (`memory.retrieval.influence`, on unless `retrieval.defences = false`): a
+step whose success the environment did not verify does not vote, an outlier's vote counts with
+`outlier_weight`, and no unverified source (an import, a run) holds more than `max_source_share` of
+the support behind an action, the prior's pseudo-support counted as one
+more source (`defended_votes`, `influence.cap_shares`).
+
 `ActionValue.support` is the denominator (how much similar experience stands behind the
 value) and `hint` says it in words for the prompt: "take key -> success 4 of 5". Actions
 are listed best first by the value shrunk toward 0 with `ec_prior_weight` pseudo-support,
@@ -49,6 +55,7 @@ from typing import Any
 
 from crl.memory.records import StepRecord
 from crl.memory.retrieval.config import RetrievalConfig
+from crl.memory.retrieval.influence import Vote, cap_shares, counts_as_success, flag_outliers, is_verified, source_of
 from crl.tasks.actions import normalise_action
 
 
@@ -64,6 +71,8 @@ class ActionValue:
         successes / failures: how many of those episodes succeeded / failed.
         invalid / repeated: votes from invalid or looping stored actions.
         evidence: ids of the stored steps that voted.
+        outliers: votes flagged as outliers and down-weighted (`memory.retrieval.influence`).
+        capped: sources whose votes were scaled down to `max_source_share` of the support.
     """
 
     action: str
@@ -75,14 +84,17 @@ class ActionValue:
     invalid: int = 0
     repeated: int = 0
     evidence: list[str] = field(default_factory=list)
+    outliers: int = 0
+    capped: int = 0
 
     def shrunk(self, prior: float, weight: float) -> float:
         """The value pulled toward `prior` as if `weight` more support voted for it."""
         return (self.value * self.support + weight * prior) / (self.support + weight)
 
     def to_dict(self) -> dict[str, Any]:
-        """The numbers and the hint, JSON-ready (evidence ids left out: they can be many)."""
-        return {
+        """The numbers and the hint, JSON-ready (evidence ids left out: they can be many); the
+        defences' counts only when they acted."""
+        out = {
             "value": round(self.value, 4),
             "support": round(self.support, 4),
             "n": self.n,
@@ -92,6 +104,11 @@ class ActionValue:
             "repeated": self.repeated,
             "hint": self.hint,
         }
+        if self.outliers:
+            out["outliers"] = self.outliers
+        if self.capped:
+            out["capped_sources"] = self.capped
+        return out
 
     @property
     def hint(self) -> str:
@@ -136,6 +153,53 @@ def _matches(stored: str, by_norm: dict[str, list[str]], by_shape: dict[tuple[st
     return [(a, partial) for a in by_shape.get((words[0], words[-1]), [])]
 
 
+def _admissible_index(admissible: Sequence[str]):
+    by_norm: dict[str, list[str]] = {}
+    by_shape: dict[tuple[str, str], list[str]] = {}
+    for a in dict.fromkeys(admissible):
+        norm = normalise_action(a)
+        by_norm.setdefault(norm, []).append(a)
+        words = norm.split()
+        if len(words) >= 2:
+            by_shape.setdefault((words[0], words[-1]), []).append(a)
+    return by_norm, by_shape
+
+
+def defended_votes(
+    neighbours: Sequence[tuple[StepRecord, float]],
+    config: RetrievalConfig,
+    synthetic_weight: float = 1.0,
+    actions_of: dict[str, list[str]] | None = None,
+) -> list[Vote]:
+    """The votes of the `config.ec_neighbours` nearest stored steps, with the poisoning defences of
+    `memory.retrieval.influence` applied (those switched on): unverified successes dropped,
+    outliers down-weighted. The per-source cap is per action, in `action_values`.
+
+    Args:
+        actions_of: step id -> the admissible actions it votes for (the outlier check compares
+            votes for the same action; without it, for the same normalised stored action).
+    """
+    nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
+    votes: list[Vote] = []
+    verified_only = config.defence("verified_only")
+    for step, sim in nearest:
+        w = vote_weight(sim, config.ec_min_similarity) * source_weight(step, synthetic_weight)
+        r = step_return(step, config)
+        if w <= 0 or r is None:
+            continue
+        verified = is_verified(step)
+        if verified_only and step.episode_outcome == "success" and not counts_as_success(step):
+            continue
+        votes.append(Vote(step, sim, w, r, source_of(step), verified))
+    if config.defences and config.outlier_weight < 1.0 and votes:
+        mapping = actions_of or {v.step.id: [normalise_action(v.step.action)] for v in votes}
+        flag_outliers(votes, mapping, config.outlier_similarity, config.outlier_tolerance)
+        for v in votes:
+            if v.outlier:
+                v.weight *= config.outlier_factor
+    return votes
+
+
 def action_values(
     neighbours: Sequence[tuple[StepRecord, float]],
     admissible: Sequence[str],
@@ -152,36 +216,48 @@ def action_values(
 
     Returns:
         The admissible actions that got at least one vote, best first by value shrunk toward
-        0 by `ec_prior_weight` (so one lucky vote does not outrank four out of five).
+        0 by `ec_prior_weight` (so one lucky vote does not outrank four out of five). With the
+        defences on (`memory.retrieval.influence`), unverified successes do not vote, outliers
+        count with `outlier_weight`, and no source holds more than `max_source_share` of an
+        action's support.
     """
-    by_norm: dict[str, list[str]] = {}
-    by_shape: dict[tuple[str, str], list[str]] = {}
-    for a in dict.fromkeys(admissible):
-        norm = normalise_action(a)
-        by_norm.setdefault(norm, []).append(a)
-        words = norm.split()
-        if len(words) >= 2:
-            by_shape.setdefault((words[0], words[-1]), []).append(a)
+    by_norm, by_shape = _admissible_index(admissible)
     nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
+    actions_of = {
+        step.id: [a for a, _ in _matches(normalise_action(step.action), by_norm, by_shape, config.ec_partial_weight)]
+        for step, _ in nearest
+    }
+    votes = defended_votes(nearest, config, synthetic_weight, actions_of)
+    per_action: dict[str, list[tuple[Vote, float]]] = {}
+    for vote in votes:
+        for action, m in _matches(normalise_action(vote.step.action), by_norm, by_shape, config.ec_partial_weight):
+            per_action.setdefault(action, []).append((vote, m))
     acc: dict[str, ActionValue] = {}
-    total: dict[str, float] = {}
-    for step, sim in nearest:
-        w = vote_weight(sim, config.ec_min_similarity) * source_weight(step, synthetic_weight)
-        r = step_return(step, config)
-        if w <= 0 or r is None:
-            continue
-        for action, m in _matches(normalise_action(step.action), by_norm, by_shape, config.ec_partial_weight):
-            av = acc.setdefault(action, ActionValue(action, 0.0, 0.0, 0, 0, 0))
-            av.support += w * m
-            total[action] = total.get(action, 0.0) + w * m * r
+    share = config.source_share
+    for action, cast in per_action.items():
+        by_source: dict[str, float] = {}
+        for vote, m in cast:
+            by_source[vote.source] = by_source.get(vote.source, 0.0) + vote.weight * m
+        factor = cap_shares(by_source, share, config.ec_prior_weight, {v.source for v, _ in cast if v.verified})
+        av = ActionValue(action, 0.0, 0.0, 0, 0, 0)
+        total = 0.0
+        for vote, m in cast:
+            w = vote.weight * m * factor[vote.source]
+            step = vote.step
+            av.support += w
+            total += w * vote.ret
             av.n += 1
             av.successes += step.episode_outcome == "success"
             av.failures += step.episode_outcome == "failure"
             av.invalid += not step.valid
             av.repeated += step.valid and step.repeated
+            av.outliers += vote.outlier
             av.evidence.append(step.id)
-    for action, av in acc.items():
-        av.value = total[action] / av.support
+        av.capped = sum(1 for f in factor.values() if f < 1.0)
+        if av.support <= 0:
+            continue
+        av.value = total / av.support
+        acc[action] = av
     c = config.ec_prior_weight
     return dict(sorted(acc.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
 
@@ -344,16 +420,19 @@ def state_baseline(
     """What followed any action from the nearest stored states: (support-weighted mean return, support).
 
     The same `config.ec_neighbours` nearest steps that vote in `action_values`, each weighted
-    by `vote_weight` (and `synthetic_weight` if synthetic), whatever its action; (0, 0) when none votes.
+    by `vote_weight` (and `synthetic_weight` if synthetic), whatever its action, under the same
+    defences (`defended_votes`, and the source cap over the whole state); (0, 0) when none votes.
     """
-    nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
+    votes = defended_votes(neighbours, config, synthetic_weight)
+    by_source: dict[str, float] = {}
+    for v in votes:
+        by_source[v.source] = by_source.get(v.source, 0.0) + v.weight
+    factor = cap_shares(by_source, config.source_share, config.ec_prior_weight, {v.source for v in votes if v.verified})
     total = weight = 0.0
-    for step, sim in nearest:
-        w = vote_weight(sim, config.ec_min_similarity) * source_weight(step, synthetic_weight)
-        r = step_return(step, config)
-        if w > 0 and r is not None:
-            total += w * r
-            weight += w
+    for v in votes:
+        w = v.weight * factor[v.source]
+        total += w * v.ret
+        weight += w
     return (total / weight if weight else 0.0), weight
 
 

@@ -25,6 +25,12 @@ Records are not cached between calls: each call reads the bank as it is now, so 
 flushed into the bank at its end is retrievable by every call after that. Only the drift
 verdict is cached, until the family's number of searchable steps changes.
 
+Poisoning defences (on unless `retrieval.defences = false`; `memory.retrieval.influence`): with
+`verified_only`, an episode or step that claims success without the environment having verified
+it is no success case and no hint (and does not vote in episodic control); with
+`sanitise_memory`, the records of a pack come back with their instruction-like spans replaced
+(`scrubbed`), so no stored command reaches a prompt or the memory tools.
+
 What is left out and why: unfinished episodes (a killed run; how they would have ended is
 unknown) are neither failure cases nor hints; invalid actions are not shown as hints (they
 still count against their action in episodic control).
@@ -45,9 +51,11 @@ from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.credit import family_success_rate
 from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, relevance
 from crl.memory.retrieval.episodic_control import ActionValue, action_values
+from crl.memory.retrieval.influence import claims_success, counts_as_success
 from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, rank
 from crl.memory.storage.store import Hit, Located, bucket_of
 from crl.memory.synthesis.drift import synthetic_weight
+from crl.prompts.untrusted import is_instruction_like, strip_instructions
 
 SLOTS = ("successes", "failures", "hints")
 
@@ -207,6 +215,25 @@ def rule_hits(
     return out
 
 
+def scrubbed(record):
+    """A copy of a retrieved record whose shown text (goal, observation, action, thought, rule text,
+    the trajectory's observations and actions) has its instruction-like spans replaced
+    (`prompts.untrusted.strip_instructions`); the record itself when it holds none."""
+    fields = [
+        f for f in ("goal", "observation", "action", "thought", "text") if isinstance(getattr(record, f, None), str)
+    ]
+    update = {f: strip_instructions(getattr(record, f)) for f in fields if is_instruction_like(getattr(record, f))}
+    trajectory = getattr(record, "trajectory", None)
+    if trajectory and any(is_instruction_like(f"{s.observation}\n{s.action}") for s in trajectory):
+        update["trajectory"] = [
+            s.model_copy(
+                update={"observation": strip_instructions(s.observation), "action": strip_instructions(s.action)}
+            )
+            for s in trajectory
+        ]
+    return record.model_copy(update=update) if update else record
+
+
 class Retriever:
     """Builds context packs from an `ExperienceBank` (see the module docstring).
 
@@ -300,6 +327,10 @@ class Retriever:
                     pack.neighbours = near
                     pack.action_values = action_values(near, queries[i].admissible, cfg, got.synthetic_weight)
         self._attach_trajectories([m for p in packs for m in p.successes + p.failures])
+        if cfg.defence("sanitise_memory"):
+            for pack in packs:
+                for m in pack.successes + pack.failures + pack.hints + pack.rules:
+                    m.record = scrubbed(m.record)
         t3 = time.perf_counter()
         self.last_timing = {
             "embed_ms": (t1 - t0) * 1e3,
@@ -324,6 +355,12 @@ class Retriever:
         empty: list[list[Hit]] = [[] for _ in range(len(vectors))]
         pool = min(cfg.pool, cfg.cross_encoder_pool) if cfg.rerank == "cross-encoder" else cfg.pool
 
+        verified_only = cfg.defence("verified_only")
+
+        def trusted(record) -> bool:
+            """With `verified_only`, a success the environment did not verify is no case and no hint."""
+            return not (verified_only and claims_success(record) and not counts_as_success(record))
+
         mmr = cfg.mmr_lambda < 1.0
         wide_k = {slot: k >= 2 for slot, k in slot_sizes(cfg).items()}  # MMR only reorders a pick of two or more
 
@@ -333,7 +370,7 @@ class Retriever:
             rows = bank.query_episodes(
                 family, embeddings=vectors, k=pool, where_outcome=outcome, with_embeddings=mmr and wide_k[slot]
             )
-            return [[h for h in row if h.record.outcome == outcome] for row in rows]  # no unfinished
+            return [[h for h in row if h.record.outcome == outcome and trusted(h.record)] for row in rows]
 
         k_steps = max(pool if cfg.k_hints else 0, cfg.ec_neighbours if valuing else 0)
         steps = (
@@ -345,7 +382,12 @@ class Retriever:
             "successes": episodes("success", cfg.k_success, "successes"),
             "failures": episodes("failure", cfg.k_failure, "failures"),
             "hints": [
-                [h for h in row[:pool] if h.record.episode_outcome != "unfinished" and h.record.valid] for row in steps
+                [
+                    h
+                    for h in row[:pool]
+                    if h.record.episode_outcome != "unfinished" and h.record.valid and trusted(h.record)
+                ]
+                for row in steps
             ]
             if cfg.k_hints
             else empty,
