@@ -12,6 +12,7 @@ from crl.agent.experiment import CurveSpec, compare_arms, load_results, run_curv
 from crl.agent.llm.scripted import ScriptedModel
 from crl.tasks.keyroom import solve
 from crl.tasks.registry import get_task
+from tests.task_fixtures import clean_registry  # noqa: F401
 
 
 def solver_model():
@@ -243,3 +244,25 @@ def test_compare_arms_reads_results_without_outcomes():
         del run["points"][0]["outcomes"]
     (row,) = compare_arms(old)
     assert row["mcnemar_p"] is None and row["pairs"] == 0 and 0 < row["fisher_p"] <= 1
+
+
+def test_cli_curve_knows_the_tasks_added_to_the_home_it_was_given(tmp_path, monkeypatch, clean_registry):
+    from tests.task_fixtures import write_items
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(
+        "crl.agent.llm.factory.build_chat_model",
+        lambda settings: ScriptedModel(lambda m: ' final_answer {"answer": "4"}'),
+    )
+    items = write_items(
+        tmp_path / "sums.jsonl",
+        [{"id": s, "prompt": "2+2?", "answer": 4, "split": s} for s in ("train", "dev")],
+    )
+    home = str(tmp_path / "elsewhere")
+    r = CliRunner().invoke(app, ["--home", home, "tasks", "add", str(items), "--name", "sums", "--checker", "numeric"])
+    assert r.exit_code == 0, r.output
+    args = ["--arms", "none", "--budget", "1", "--eval-every", "1", "--eval-episodes", "1", "--out", "exp", "--json"]
+    r = CliRunner().invoke(app, ["--home", home, "experiment", "curve", "jsonl/sums", *args])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output[r.output.index("[") :])
+    assert [x["success_rate"] for x in rows] == [1.0, 1.0]

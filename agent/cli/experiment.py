@@ -125,8 +125,8 @@ def curve(
     flags = overrides(
         agent__parallel=parallel, agent__max_steps=max_steps, **model_flags(model, backend, base_url, adapter)
     )
+    settings = effective_settings(flags)  # with --home, so that its added tasks (`crl tasks add`) are known
     flags.pop("home", None)
-    settings = effective_settings(flags)
     spec = CurveSpec(task, arm_list, budget, eval_every, eval_episodes, repeats, flags)
     chat = build_chat_model(settings)
     total = len(arm_list) * repeats * (budget // eval_every + 1)
