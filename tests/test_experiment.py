@@ -261,6 +261,7 @@ def test_cli_curve_knows_the_tasks_added_to_the_home_it_was_given(tmp_path, monk
     home = str(tmp_path / "elsewhere")
     r = CliRunner().invoke(app, ["--home", home, "tasks", "add", str(items), "--name", "sums", "--checker", "numeric"])
     assert r.exit_code == 0, r.output
+    clean_registry.use_user_tasks(None)  # a new process: nothing registered yet
     args = ["--arms", "none", "--budget", "1", "--eval-every", "1", "--eval-episodes", "1", "--out", "exp", "--json"]
     r = CliRunner().invoke(app, ["--home", home, "experiment", "curve", "jsonl/sums", *args])
     assert r.exit_code == 0, r.output
