@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -61,10 +61,30 @@ class ToolPrime:
     opening: str
     messages: list[Message]
     decision: PolicyDecision
+    only_argument: bool = False
 
     def completed(self, completion: Completion) -> Completion:
-        """The reply as if the model had written the opening itself."""
-        return replace(completion, text=self.opening + completion.text)
+        """The reply as if the model had written the opening itself: its first line, with a
+        string argument the model left open closed (`12 * 83}` -> `12 * 83"}`); when that is the
+        tool's only argument, the call ends there (keys the model invents after it are cut)."""
+        text = completion.text.split("\n", 1)[0]
+        if self.opening.endswith('"'):
+            text = close_string(text, self.only_argument)
+        return replace(completion, text=self.opening + text)
+
+
+def close_string(text: str, only: bool = False) -> str:
+    """The rest of a call whose first string argument was opened for the model: closed before
+    the final brace when the model left it open (a brace added when missing); with `only`, the
+    call is closed right after the string."""
+    escaped = False
+    for i, ch in enumerate(text):
+        if ch == '"' and not escaped:
+            return text[: i + 1] + "}" if only else text
+        escaped = ch == "\\" and not escaped
+    body = text.rstrip()
+    body = body[:-1].rstrip() if body.endswith("}") else body
+    return body + '"}'
 
 
 def primed(messages: list[Message], opening: str) -> list[Message]:
@@ -77,25 +97,36 @@ def primed(messages: list[Message], opening: str) -> list[Message]:
     return out  # type: ignore[return-value]
 
 
+def tools_tried_here(steps: Sequence[Any], observation: str) -> set[str]:
+    """The tools this episode already called in the situation it is in now (same observation):
+    a deterministic tool called again there returns what it returned before."""
+    return {s.extra.tool.name for s in steps if s.extra.tool is not None and s.observation == observation}
+
+
 def choose_tool(
     probs: Mapping[str, float],
     advantages: Mapping[str, Any],
     posterior: Any | None,
     rng: random.Random,
-) -> PolicyDecision:
-    """The tool to call: the model's argmax, or the posterior's choice when a posterior policy
-    (`agent.posterior.PosteriorPolicy`) is given with memory's advantages over tool names."""
+    avoid: Collection[str] = (),
+) -> tuple[str, PolicyDecision]:
+    """The tool to call and why: the model's argmax, or the posterior's choice when a posterior policy
+    (`agent.posterior.PosteriorPolicy`) is given with memory's advantages over tool names. Tools
+    in `avoid` (already called in this situation) are passed over while another is left."""
     if posterior is None:
-        best = max(probs, key=lambda t: (probs[t], t))
-        return PolicyDecision(
-            decided_by="llm",
-            reason=f"tool scored {probs[best]:.2f} of " + ", ".join(f"{t} {p:.2f}" for t, p in probs.items()),
-            model_action=best,
+        model_best = max(probs, key=lambda t: (probs[t], t))
+        left = [t for t in probs if t not in avoid] or list(probs)
+        best = max(left, key=lambda t: (probs[t], t))
+        reason = f"tool scored {probs[best]:.2f} of " + ", ".join(f"{t} {p:.2f}" for t, p in probs.items())
+        if best != model_best:
+            reason += f"; already called here: {', '.join(sorted(avoid))}"
+        return best, PolicyDecision(
+            decided_by="llm" if best == model_best else "repeat-avoidance", reason=reason, model_action=model_best
         )
     from crl.agent.posterior import decide
 
-    decision = decide(probs, advantages, posterior.config, rng)
-    return PolicyDecision(
+    decision = decide(probs, advantages, posterior.config, rng, avoid=avoid)
+    return decision.chosen, PolicyDecision(
         decided_by=decision.decided_by,
         reason="tool " + decision.reason,
         model_action=decision.model_best,
