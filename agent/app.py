@@ -14,6 +14,7 @@ from crl.agent.llm.base import ChatModel, GenerationConfig
 from crl.agent.llm.deferred import DeferredModel
 from crl.agent.llm.embedded import EMBEDDED_MODEL_NAME
 from crl.agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
+from crl.agent.preflight import check_run_request, needs_bank, see_added_tasks, uses_memory_in_loop
 from crl.agent.random_actor import RandomActor
 from crl.agent.redaction import redact_settings, redact_text
 from crl.agent.reflect import make_reflector
@@ -141,18 +142,6 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
     )
 
 
-def see_added_tasks(settings: Settings) -> None:
-    """Point the task registry at the tasks `crl tasks add` registered in this data directory, when
-    it has any (an experiment's per-arm data directories have none: the tasks of the directory the
-    command started in stay in use)."""
-    from crl.tasks.registrations import registrations_path
-    from crl.tasks.registry import use_user_tasks
-
-    path = registrations_path(settings.home)
-    if path.exists():
-        use_user_tasks(path)
-
-
 def env_options(settings: Settings, task: str) -> dict:
     """Arguments the settings give a task's factory: where generated games live (under the data
     directory), and for a task an LLM judges, the judging model (the run's `llm` settings)."""
@@ -209,14 +198,6 @@ def loaded_adapter(model: ChatModel) -> str | None:
     return str(adapter) if adapter else None
 
 
-def check_run_request(episodes: int, seed_start: int = 0) -> None:
-    """Refuse a run of fewer than one episode or a negative seed offset (they would wrap the seed slice)."""
-    if episodes < 1:
-        raise ValueError(f"--episodes must be at least 1, got {episodes}")
-    if seed_start < 0:
-        raise ValueError(f"--seed must be 0 or more (an offset into the task's seeds), got {seed_start}")
-
-
 def check_task(settings: Settings, task: str) -> None:
     """Build (and close) one environment of `task`, so a bad knob (`keyroom/key?n_rooms=x`) or a
     missing suite is reported before a model loads or a run is recorded."""
@@ -247,10 +228,7 @@ def acting_model(settings: Settings) -> ChatModel:
 def run_bank(settings: Settings, kind: str, run_id: str):
     """The bank a run of `kind` writes to or reads from (None when it uses none), opened before the
     model loads so a locked store or an unreachable server is refused at once."""
-    learns = kind != "eval"
-    if settings.memory.enabled and (learns or uses_memory_in_loop(settings)):
-        return open_bank(settings, actor=f"run:{run_id}")
-    return None
+    return open_bank(settings, actor=f"run:{run_id}") if needs_bank(settings, kind) else None
 
 
 def start_run(
@@ -341,12 +319,6 @@ def resume_run(
                 plans.append(retry)
     info.status, info.error = "running", None
     return _execute(settings, store, info, plans, model, progress, on_episode_end, bank)
-
-
-def uses_memory_in_loop(settings: Settings) -> bool:
-    """Whether episodes retrieve from memory (for prompts or for the policy)."""
-    agent = settings.agent
-    return settings.memory.enabled and agent.policy != "random" and (agent.memory != "off" or agent.policy != "llm")
 
 
 def _as_started(settings: Settings, info: RunInfo) -> Settings:

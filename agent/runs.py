@@ -101,8 +101,12 @@ class RunStore:
         """Write `run.json` atomically."""
         p = self.path(info.run_id) / RUN_FILE
         tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(info), indent=2, default=str))
-        os.replace(tmp, p)
+        try:
+            tmp.write_text(json.dumps(asdict(info), indent=2, default=str))
+            os.replace(tmp, p)
+        except OSError:  # a full disk: keep the last whole run.json, leave no half-written copy
+            tmp.unlink(missing_ok=True)
+            raise
 
     def load(self, run_id: str) -> RunInfo:
         """The run's `run.json`, or a clear error naming `crl runs`."""

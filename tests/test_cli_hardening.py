@@ -385,3 +385,38 @@ def _writable(folder: Path) -> bool:
         return False
     probe.unlink()
     return True
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs to play a data home on (a full disk on demand); skipped where mounting is not allowed."""
+    where = tmp_path / "tiny"
+    where.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.decode().strip()}")
+    yield where
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_full_disk_mid_run_is_a_clear_error_and_the_run_resumes_after(tiny_disk, monkeypatch, model_builds):
+    monkeypatch.chdir(tiny_disk.parent)
+    monkeypatch.delenv("CRL_HOME", raising=False)
+    home = tiny_disk / "home"
+    filler = tiny_disk / "filler"
+    filler.write_bytes(b"\0" * (1000 * 1024))
+    args = ["--home", str(home), "run", TASK, "-n", "40", "-k", "1", "--max-steps", "8", "--no-memory"]
+    r = invoke(*args)
+    one_line_error(r, "No space left on device")
+    [info] = runs_in(home)
+    assert info.status in ("running", "failed")  # with no room left, run.json may not take the news
+    assert not list(home.rglob("*.tmp")), "a half-written temporary file was left behind"
+    log = home / "runs" / info.run_id / "episodes.jsonl"
+    lines = log.read_bytes().splitlines()
+    assert lines and all(json.loads(line) for line in lines[:-1])  # at most the tail is torn
+    filler.unlink()
+    r = invoke("--home", str(home), "run", TASK, "--resume", info.run_id, "--no-memory", "--json")
+    assert r.exit_code == 0, r.output
+    episodes = RunStore(home / "runs").episodes(info.run_id)
+    assert len([e for e in episodes if e.finished and not e.episode_id.endswith("-retry")]) == 40
+    assert RunStore(home / "runs").load(info.run_id).status == "finished"

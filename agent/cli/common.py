@@ -61,6 +61,10 @@ FIXABLE = (
     OSError,  # a read-only or full disk, a path whose parent is a file: the message names the path
 )
 
+STORE_ERROR_MODULES = ("chromadb", "sqlite3")
+"""Errors raised inside the store (a full disk under Chroma's SQLite, a corrupted view): shown
+as one line, not a traceback (the library code catches what it can act on)."""
+
 
 # ---- choices --------------------------------------------------------------------------------
 # The values are exactly those of the settings' `Literal` fields (a test holds them equal); they
@@ -149,8 +153,8 @@ def effective_settings(flags: dict[str, Any] | None = None) -> Settings:
     The task registry is pointed at the data directory's added tasks (`crl tasks add`), so every
     command that names a task finds them.
     """
-    from crl.agent.app import see_added_tasks
     from crl.agent.config import load_settings
+    from crl.agent.preflight import see_added_tasks
 
     settings = load_settings(overrides() if flags is None else flags, STATE["config"])
     see_added_tasks(settings)
@@ -220,6 +224,11 @@ def friendly_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except FIXABLE as exc:
             print_error(exc)
+            raise typer.Exit(1) from None
+        except Exception as exc:
+            if not type(exc).__module__.startswith(STORE_ERROR_MODULES):
+                raise
+            print_error(RuntimeError(f"the memory store failed ({type(exc).__name__}): {exc}"))
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]: every finished step is in the run's log; continue with --resume RUN_ID")

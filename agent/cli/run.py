@@ -121,7 +121,7 @@ def run(
     as_json: bool = JsonOpt,
 ) -> None:
     """Play episodes of a task with the agent and log every step."""
-    from crl.agent import app as crl
+    from crl.agent.preflight import check_run_request, probe_store
 
     settings = effective_settings(
         overrides(
@@ -137,6 +137,11 @@ def run(
             **tool_flags(tool, mcp, tool_calling),
         )
     )
+    if not resume:
+        check_run_request(episodes, seed)
+    probe_store(settings)
+    from crl.agent import app as crl
+
     if resume:
         store = crl.find_run(crl.run_stores(settings), resume)
         info = store.load(resume)
@@ -185,7 +190,7 @@ def evaluate(
     as_json: bool = JsonOpt,
 ) -> None:
     """Success rate (with a 95% interval), mean steps and invalid-action rate on held-out seeds."""
-    from crl.agent import app as crl
+    from crl.agent.preflight import probe_store
 
     settings = effective_settings(
         overrides(
@@ -197,6 +202,9 @@ def evaluate(
             **tool_flags(tool, mcp, tool_calling),
         )
     )
+    probe_store(settings, "eval")
+    from crl.agent import app as crl
+
     crl.get_task(task)
     with EpisodeProgress(episodes, err, description=f"eval {task} [{fold.value}]") as progress:
         result = crl.start_run(settings, task, episodes, fold=fold.value, kind="eval", progress=progress)
