@@ -254,3 +254,28 @@ def test_an_unverified_success_is_not_reflected_on(bank, tmp_path):
     forged_import(bank, tmp_path, actions=("look", "drop key"))
     record = next(r for r in bank.ls(kind="episode") if r.run_id == "evil")
     assert record.success and not reflectable(record, verified_only=True) and reflectable(record)
+
+
+def test_a_crowd_of_unverified_claims_cannot_push_out_the_votes_that_count():
+    crowd = [(imported(step_record(f"f{i:02d}", 0, "drop key", length=1)), 1.0) for i in range(30)]
+    real = (verified(step_record("e1", 0, "take brass key", length=2)), 0.9)
+    admissible = ["take brass key", "drop key"]
+    assert list(action_values(crowd + [real], admissible, ON)) == ["take brass key"]
+    assert list(action_values(crowd + [real], admissible, OFF)) == ["drop key"]  # 20 nearest: all forged
+
+
+def test_queries_are_widened_past_unverified_claims():
+    from crl.memory.retrieval.retriever import past_untrusted
+    from crl.memory.storage.store import Hit
+
+    ranked = [Hit(f"f{i}", 1.0, "claim") for i in range(30)] + [Hit(f"e{i}", 0.9, "fact") for i in range(5)]
+    asked: list[int] = []
+
+    def fetch(n):
+        asked.append(n)
+        return [ranked[:n]]
+
+    rows = past_untrusted(fetch, 10, lambda record: record == "fact")
+    assert [h.id for h in rows[0]] == [f"e{i}" for i in range(5)] and asked == [10, 20, 40]
+    asked.clear()
+    assert len(past_untrusted(fetch, 10, lambda record: True)[0]) == 10 and asked == [10]

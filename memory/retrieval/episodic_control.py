@@ -172,25 +172,25 @@ def defended_votes(
     actions_of: dict[str, list[str]] | None = None,
 ) -> list[Vote]:
     """The votes of the `config.ec_neighbours` nearest stored steps, with the poisoning defences of
-    `memory.retrieval.influence` applied (those switched on): unverified successes dropped,
-    outliers down-weighted. The per-source cap is per action, in `action_values`.
+    `memory.retrieval.influence` applied (those switched on): unverified successes dropped before
+    the nearest are taken (so a crowd of them cannot push out the votes that count), outliers
+    down-weighted. The per-source cap is per action, in `action_values`.
 
     Args:
         actions_of: step id -> the admissible actions it votes for (the outlier check compares
             votes for the same action; without it, for the same normalised stored action).
     """
+    verified_only = config.defence("verified_only")
+    if verified_only:
+        neighbours = [(s, sim) for s, sim in neighbours if s.episode_outcome != "success" or counts_as_success(s)]
     nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
     votes: list[Vote] = []
-    verified_only = config.defence("verified_only")
     for step, sim in nearest:
         w = vote_weight(sim, config.ec_min_similarity) * source_weight(step, synthetic_weight)
         r = step_return(step, config)
         if w <= 0 or r is None:
             continue
-        verified = is_verified(step)
-        if verified_only and step.episode_outcome == "success" and not counts_as_success(step):
-            continue
-        votes.append(Vote(step, sim, w, r, source_of(step), verified))
+        votes.append(Vote(step, sim, w, r, source_of(step), is_verified(step)))
     if config.defences and config.outlier_weight < 1.0 and votes:
         mapping = actions_of or {v.step.id: [normalise_action(v.step.action)] for v in votes}
         flag_outliers(votes, mapping, config.outlier_similarity, config.outlier_tolerance)
@@ -222,12 +222,11 @@ def action_values(
         action's support.
     """
     by_norm, by_shape = _admissible_index(admissible)
-    nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
     actions_of = {
         step.id: [a for a, _ in _matches(normalise_action(step.action), by_norm, by_shape, config.ec_partial_weight)]
-        for step, _ in nearest
+        for step, _ in neighbours
     }
-    votes = defended_votes(nearest, config, synthetic_weight, actions_of)
+    votes = defended_votes(neighbours, config, synthetic_weight, actions_of)
     per_action: dict[str, list[tuple[Vote, float]]] = {}
     for vote in votes:
         for action, m in _matches(normalise_action(vote.step.action), by_norm, by_shape, config.ec_partial_weight):

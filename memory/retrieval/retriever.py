@@ -27,7 +27,9 @@ verdict is cached, until the family's number of searchable steps changes.
 
 Poisoning defences (on unless `retrieval.defences = false`; `memory.retrieval.influence`): with
 `verified_only`, an episode or step that claims success without the environment having verified
-it is no success case and no hint (and does not vote in episodic control); with
+it is no success case and no hint (and does not vote in episodic control), and a query is widened
+past such claims (`past_untrusted`) so that a crowd of them cannot push out the experience that
+counts; with
 `sanitise_memory`, the records of a pack come back with their instruction-like spans replaced
 (`scrubbed`), so no stored command reaches a prompt or the memory tools.
 
@@ -215,6 +217,25 @@ def rule_hits(
     return out
 
 
+MAX_WIDENING = 16
+"""How many times its size a query is widened at most to see past unverified success claims."""
+
+
+def past_untrusted(fetch: Callable[[int], list[list[Hit]]], k: int, trusted: Callable[[Any], bool]) -> list[list[Hit]]:
+    """Rows of up to `k` trusted hits: `fetch(k)`, widened (doubling, up to `MAX_WIDENING * k`) while a
+    full row holds fewer than `k` trusted hits, the untrusted dropped. So records that cannot vote
+    (unverified success claims crowding a state, as AgentPoison's do) do not push out the ones that
+    can; one fetch when every hit is trusted."""
+    wide = k
+    rows = fetch(wide)
+    while wide < k * MAX_WIDENING and any(
+        len(row) >= wide and sum(1 for h in row if trusted(h.record)) < k for row in rows
+    ):
+        wide = min(wide * 2, k * MAX_WIDENING)
+        rows = fetch(wide)
+    return [[h for h in row if trusted(h.record)][:k] for row in rows]
+
+
 def scrubbed(record):
     """A copy of a retrieved record whose shown text (goal, observation, action, thought, rule text,
     the trajectory's observations and actions) has its instruction-like spans replaced
@@ -367,14 +388,22 @@ class Retriever:
         def episodes(outcome: str, k: int, slot: str) -> list[list[Hit]]:
             if not k:
                 return empty
-            rows = bank.query_episodes(
-                family, embeddings=vectors, k=pool, where_outcome=outcome, with_embeddings=mmr and wide_k[slot]
+            rows = past_untrusted(
+                lambda n: bank.query_episodes(
+                    family, embeddings=vectors, k=n, where_outcome=outcome, with_embeddings=mmr and wide_k[slot]
+                ),
+                pool,
+                trusted,
             )
-            return [[h for h in row if h.record.outcome == outcome and trusted(h.record)] for row in rows]
+            return [[h for h in row if h.record.outcome == outcome] for row in rows]
 
         k_steps = max(pool if cfg.k_hints else 0, cfg.ec_neighbours if valuing else 0)
         steps = (
-            bank.query_steps(family, embeddings=vectors, k=k_steps, with_embeddings=mmr and wide_k["hints"])
+            past_untrusted(
+                lambda n: bank.query_steps(family, embeddings=vectors, k=n, with_embeddings=mmr and wide_k["hints"]),
+                k_steps,
+                trusted,
+            )
             if k_steps
             else empty
         )
