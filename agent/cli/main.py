@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from crl.agent.cli import experiment, finetune, info, memory, rules, run, runs, synth
+from crl.agent.cli import experiment, finetune, info, memory, rules, run, runs, studio, synth
 from crl.agent.cli.common import global_options
 
 app = typer.Typer(
@@ -28,3 +28,4 @@ app.add_typer(synth.app, name="synth")
 app.add_typer(finetune.dataset_app, name="dataset")
 app.add_typer(finetune.finetune_app, name="finetune")
 app.add_typer(finetune.adapters_app, name="adapters")
+app.add_typer(studio.app)

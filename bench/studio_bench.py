@@ -1,0 +1,244 @@
+"""Studio benchmark: page load and search latency on a large bank (default 50,000 episode records).
+
+    python -m bench.studio_bench [--records 50000] [--repeats 20] [--json FILE]
+
+How the bank is built (fast, and not what a real bank's embeddings look like): 16 keyroom
+episodes are played for real (70% solver moves), stored through `ExperienceBank.ingest_episode`
+and exported; the export's episode records are cloned to N records (new ids, seeds, values,
+tiers, tags, and a few words appended to the embedded text, so no two vectors are equal) and
+loaded by one `crl memory import` (`ExperienceBank.import_file`) in embedded mode; imported
+records start quarantined, so 90% are then released and 5% pinned (two journal entries). The bank
+embeds with the deterministic hashing embedder (384 dimensions), so building 50k records does
+not wait for MiniLM; a search then costs the store's query, not the model's embedding (MiniLM
+adds about 10 ms per query on these machines, see the README's memory figures).
+
+What is timed, in-process through FastAPI's TestClient (HTTP parsing and rendering included,
+no socket): the memory browser page (first page of 50; cold = first request after the bank
+changed, which scans it once; warm = the cached listing), the same with filters and a sort, a
+deep page of the JSON API, a semantic search (JSON and page), the 2-D map (2,000 sampled points,
+PCA), a record's page, and the time to open the studio on the bank. p50/p95 over --repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+from crl.agent.config import load_settings  # noqa: E402
+from crl.memory.bank import ExperienceBank  # noqa: E402
+from crl.memory.storage.embeddings import HashingEmbedding  # noqa: E402
+
+DIM = 384
+WORDS = "amber brass cedar copper dusty ebony faded gilded hollow iron jade lantern marble narrow oak pine quiet rusty silver tall umber velvet woven".split()
+QUERIES = [
+    "a locked door and a key on the floor",
+    "take the brass key",
+    "open the chest in the cellar",
+    "you are carrying nothing",
+    "unlock the oak door with the iron key",
+]
+
+
+def ms(samples: list[float]) -> dict[str, float]:
+    """p50 / p95 / max of samples in seconds, as milliseconds."""
+    a = np.asarray(samples) * 1000
+    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)), "max_ms": float(a.max())}
+
+
+def template_records(work: Path) -> list[dict]:
+    """Episode records of 16 really played keyroom episodes, as `crl memory export` writes them."""
+    from bench.memory_bench import play_keyroom
+
+    home = work / "template"
+    bank = ExperienceBank(home / "memory", runs_dir=home / "runs", embedder=HashingEmbedding(DIM))
+    try:
+        for episode in play_keyroom(16):
+            bank.ingest_episode(episode)
+        path = work / "template.jsonl"
+        bank.export(path, kinds=("episode",))
+    finally:
+        bank.close()
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def clones(templates: list[dict], n: int, seed: int = 0) -> list[dict]:
+    """`n` episode records made from the templates, with fresh ids and varied tags."""
+    rng = random.Random(seed)
+    now = time.time()
+    out = []
+    for i in range(n):
+        r = dict(rng.choice(templates))
+        eid = f"bench-{i:06d}"
+        r.update(
+            id=f"ep:{r['family']}:{eid}",
+            episode_id=eid,
+            run_id="bench",
+            seed=i,
+            value=round(rng.random(), 4),
+            use_count=rng.randrange(0, 20),
+            created_at=now - rng.random() * 30 * 86400,
+            tags=["reviewed"] if rng.random() < 0.1 else [],
+            text=r["text"] + " " + " ".join(rng.sample(WORDS, 4)),
+        )
+        r["updated_at"] = r["created_at"]
+        out.append(r)
+    return out
+
+
+def build_bank(home: Path, n: int) -> float:
+    """A data directory whose bank holds `n` episode records; returns the seconds the import took.
+
+    Imported records start quarantined (untrusted), so `curate_tiers` then moves them as a person would.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        records = clones(template_records(work), n)
+        path = work / "bench.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        bank = ExperienceBank(home / "memory", runs_dir=home / "runs", embedder=HashingEmbedding(DIM))
+        try:
+            t = time.perf_counter()
+            bank.import_file(path)
+            return time.perf_counter() - t
+        finally:
+            bank.close()
+
+
+def curate_tiers(home: Path, seed: int = 0) -> float:
+    """Release 90% of the (quarantined) imported records and pin 5%, the rest stays quarantined;
+    returns the seconds it took."""
+    bank = ExperienceBank(home / "memory", runs_dir=home / "runs", embedder=HashingEmbedding(DIM))
+    try:
+        ids = [r.id for r in bank.ls("episode", tier="quarantine")]
+        if len(ids) < 20:
+            return 0.0
+        random.Random(seed).shuffle(ids)
+        t = time.perf_counter()
+        bank.release(ids[: len(ids) * 9 // 10])
+        bank.pin(ids[len(ids) * 9 // 10 : len(ids) * 19 // 20])
+        return time.perf_counter() - t
+    finally:
+        bank.close()
+
+
+def timed(client, url: str, repeats: int) -> dict:
+    """Latency of GET `url`: the first call and p50/p95 of the next `repeats`."""
+    t = time.perf_counter()
+    r = client.get(url)
+    first = time.perf_counter() - t
+    assert r.status_code == 200, (url, r.status_code, r.text[:300])
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        r = client.get(url)
+        samples.append(time.perf_counter() - t)
+        assert r.status_code == 200, (url, r.status_code)
+    return {"url": url, "first_ms": first * 1000} | ms(samples)
+
+
+def searches(client, prefix: str, repeats: int) -> dict:
+    """Latency of semantic searches over the query set (each query a new text)."""
+    samples = []
+    for i in range(repeats):
+        q = QUERIES[i % len(QUERIES)] + f" {WORDS[i % len(WORDS)]}"
+        t = time.perf_counter()
+        r = client.get(prefix, params={"q": q})
+        samples.append(time.perf_counter() - t)
+        assert r.status_code == 200, (prefix, r.status_code, r.text[:300])
+    return {"url": f"{prefix}?q=...", "queries": repeats} | ms(samples)
+
+
+def run(n: int, repeats: int, keep: Path | None = None) -> dict:
+    from fastapi.testclient import TestClient
+
+    from crl.agent.studio import Studio, create_app
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = (keep or Path(tmp)) / ".crl"
+        if (home / "memory" / "journal.jsonl").exists():
+            import_s = float("nan")
+            print(f"bank: reusing {home}", flush=True)
+        else:
+            t = time.perf_counter()
+            import_s = build_bank(home, n)
+            build_s = time.perf_counter() - t
+            print(
+                f"bank: {n} episode records imported in {import_s:.1f} s ({build_s:.1f} s with the template)",
+                flush=True,
+            )
+        curate_s = curate_tiers(home)
+        if curate_s:
+            print(f"bank: 90% released, 5% pinned in {curate_s:.1f} s", flush=True)
+        settings = load_settings({"home": str(home)})
+        t = time.perf_counter()
+        bank = ExperienceBank(
+            settings.memory_dir, runs_dir=settings.runs_dir, config=settings.memory, embedder=HashingEmbedding(DIM)
+        )
+        studio = Studio(settings, bank=bank)
+        open_s = time.perf_counter() - t
+        rows = []
+        with TestClient(create_app(studio), base_url="http://127.0.0.1:8750") as c:
+            for url in (
+                "/memories",
+                "/memories?outcome=success&sort=value",
+                "/memories?tier=golden&sort=utility",
+                f"/api/memories?per_page=200&page={max(1, n // 400)}",
+                "/api/map?limit=2000",
+            ):
+                rows.append(timed(c, url, repeats))
+                print(json.dumps(rows[-1]), flush=True)
+            rows.append(searches(c, "/api/search", repeats))
+            print(json.dumps(rows[-1]), flush=True)
+            rows.append(searches(c, "/memories", repeats))
+            print(json.dumps(rows[-1]), flush=True)
+            first = c.get("/api/memories", params={"per_page": 1}).json()["rows"][0]["id"]
+            rows.append(timed(c, f"/memories/{first}", repeats))
+            print(json.dumps(rows[-1]), flush=True)
+        bank.close()
+    return {
+        "records": n,
+        "import_s": import_s,
+        "curate_s": curate_s,
+        "open_s": open_s,
+        "repeats": repeats,
+        "rows": rows,
+        "median_of_first_ms": statistics.median(r.get("first_ms", 0) for r in rows),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=50_000)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
+    ap.add_argument(
+        "--keep", type=Path, default=None, help="Build the bank in this folder and keep it (reused when there)."
+    )
+    args = ap.parse_args()
+    result = run(args.records, args.repeats, args.keep)
+    print()
+    print(f"{result['records']} records; studio opened in {result['open_s']:.2f} s")
+    print(f"{'request':48} {'first':>9} {'p50':>9} {'p95':>9}")
+    for r in result["rows"]:
+        first = f"{r['first_ms']:.0f} ms" if "first_ms" in r else "-"
+        print(f"{r['url']:48} {first:>9} {r['p50_ms']:>6.0f} ms {r['p95_ms']:>6.0f} ms")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
