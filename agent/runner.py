@@ -18,7 +18,7 @@ from crl.agent.posterior import PosteriorPolicy, decide
 from crl.agent.random_actor import RandomActor
 from crl.agent.redaction import redact_text
 from crl.agent.session import EpisodeSession, LoopConfig
-from crl.agent.tool_choice import ToolPrime, by_tool_name, call_opening, choose_tool, primed
+from crl.agent.tool_choice import ToolPrime, by_tool_name, call_opening, choose_tool, primed, tools_tried_here
 from crl.memory.retrieval.episodic_control import memory_advantages
 from crl.memory.retrieval.retriever import RetrievalQuery
 from crl.memory.storage.episode_log import EpisodeLog
@@ -300,12 +300,18 @@ class Runner:
                     synthetic_weight=pack.synthetic_weight,
                 )
             rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
-            decision = choose_tool(dist.as_mapping(), advantages, self.posterior, rng)
-            tool = decision.posterior["chosen"] if decision.posterior else decision.model_action
+            avoid = (
+                tools_tried_here(session.episode.steps, session.observation.text)
+                if session.config.loop_breaker
+                else set()
+            )
+            tool, decision = choose_tool(dist.as_mapping(), advantages, self.posterior, rng, avoid)
             if decision.decided_by == "memory":
                 session.used_memory.extend(step.id for step, _ in near if step.action == tool)
-            opening = call_opening(tool, session.tools.parameters()[tool])
-            out[i] = ToolPrime(tool, opening, primed(prompts[i], opening), decision)
+            parameters = session.tools.parameters()[tool]
+            opening = call_opening(tool, parameters)
+            only = len(parameters.get("properties") or {}) == 1
+            out[i] = ToolPrime(tool, opening, primed(prompts[i], opening), decision, only)
             session.tokens_used += dist.prompt_tokens
         return out
 
