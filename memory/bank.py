@@ -42,6 +42,8 @@ from crl.memory.records import (
     EpisodeRecord,
     StepRecord,
     episode_record_id,
+    family_problem,
+    id_problem,
     parse_record_id,
 )
 from crl.memory.results import (
@@ -206,6 +208,9 @@ class ExperienceBank(CurationMixin):
         Novelty is computed against the bank before the insert. A finished episode that was
         stored unfinished (a killed run, later resumed) is completed in place.
         """
+        problem = family_problem(episode.family) or id_problem("episode id", episode.episode_id)
+        if problem:
+            raise ValueError(f"episode {episode.episode_id!r} cannot be stored: {problem}")
         rid = episode_record_id(episode.family, episode.episode_id)
         if not episode.steps and not episode.finished:
             return IngestResult(rid, 0, "no steps yet")
@@ -239,6 +244,10 @@ class ExperienceBank(CurationMixin):
                 "step_values": t.step_values,
                 "value": t.value,
             }
+            if episode.finished:
+                payload["outcome"] = {k: v for k, v in episode.outcome().items() if k != "n_steps"}
+            if rid in self.state.imported:
+                payload["replaces_import"] = True  # the played episode takes the place of an imported copy
             log = self.content.log_ref(episode)
             if log is not None:
                 payload["log"] = log

@@ -253,7 +253,9 @@ class CurationMixin:
         return write_export(path, records)
 
     def import_file(self, path: str | Path, actor: str | None = None) -> ImportReport:
-        """Validate a JSONL export and add its records (same ids are replaced).
+        """Validate a JSONL export and add its records, untrusted: each waits in quarantine, unverified,
+        for `review` (the report counts them). A record this bank made itself (from a run log or a
+        synthesis) is never replaced (`kept_existing`); earlier imports of the same ids are.
 
         Raises:
             ImportValidationError: a line is bad; it lists line numbers, and nothing is written.
@@ -262,46 +264,181 @@ class CurationMixin:
         records = read_import(path, self.config.max_import_line_bytes, self.config.max_field_chars)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:24]
         stored = Path("imports") / f"{digest}.jsonl"
+        if stored.as_posix() in self.state.dropped_imports:
+            raise ValueError(f"{path} was dropped (`crl memory rebuild --drop-import`) and stays dropped")
         (self.dir / "imports").mkdir(exist_ok=True)
         if not (self.dir / stored).exists():
             tmp = self.dir / stored.with_suffix(".tmp")
             shutil.copyfile(path, tmp)
             os.replace(tmp, self.dir / stored)
-        novelty: dict[str, dict[int, float]] = {}
-        for r in records:
-            if isinstance(r, StepRecord):
-                novelty.setdefault(episode_record_id(r.family, r.episode_id), {})[r.index] = r.novelty
-        episodes = {
-            r.id: [r.length, r.status != "running", [novelty.get(r.id, {}).get(i, 0.0) for i in range(r.length)]]
-            for r in records
-            if isinstance(r, EpisodeRecord)
-        }
-        ids = [r.id for r in records if not isinstance(r, StepRecord)]
-        self._write("import", ids, {"file": stored.as_posix(), "count": len(records), "episodes": episodes}, actor)
+        with self.journal.locked():
+            self.keeper.catch_up()
+            taken = {r.id for r in self.keeper.materializer.importable(records)}
+            kept = sorted(r.id for r in records if r.id not in taken and not isinstance(r, StepRecord))
+            records = [r for r in records if r.id in taken]
+            novelty: dict[str, dict[int, float]] = {}
+            for r in records:
+                if isinstance(r, StepRecord):
+                    novelty.setdefault(episode_record_id(r.family, r.episode_id), {})[r.index] = r.novelty
+            episodes = {
+                r.id: [r.length, r.status != "running", [novelty.get(r.id, {}).get(i, 0.0) for i in range(r.length)]]
+                for r in records
+                if isinstance(r, EpisodeRecord)
+            }
+            ids = [r.id for r in records if not isinstance(r, StepRecord)]
+            payload = {
+                "file": stored.as_posix(),
+                "count": len(records),
+                "episodes": episodes,
+                "skipped": kept,
+                "trust": "pending",
+            }
+            self.keeper.commit([self._entry("import", ids, payload, actor)])
         return ImportReport(
             path=str(path),
             stored_as=str(self.dir / stored),
             episodes=len(episodes),
             steps=sum(1 for r in records if isinstance(r, StepRecord)),
             rules=sum(1 for r in records if isinstance(r, RuleRecord)),
+            pending_review=len(ids),
+            kept_existing=kept,
         )
 
-    def rebuild(self, as_of: float | str | datetime | None = None, actor: str | None = None) -> RebuildReport:
+    def review_queue(self) -> list[AnyRecord]:
+        """Records waiting for a curator (imports), oldest first: episodes, rules, and steps whose
+        episode is not in the bank (an episode's steps follow its decision)."""
+        queue: list[AnyRecord] = []
+        episodes = set()
+        for kind in KINDS:
+            for record, _ in self.view.scan(kind, None, ("q",)):
+                if record.review != "pending":
+                    continue
+                if isinstance(record, StepRecord):
+                    owner = episode_record_id(record.family, record.episode_id)
+                    if owner in episodes or self.view.locate([owner]):
+                        continue
+                elif isinstance(record, EpisodeRecord):
+                    episodes.add(record.id)
+                queue.append(record)
+        queue.sort(key=lambda r: (r.created_at, r.id))
+        return queue
+
+    def review(
+        self,
+        ids: str | Iterable[str],
+        decision: str,
+        actor: str | None = None,
+        *,
+        tier: str = "regular",
+        tags: Sequence[str] | None = None,
+        value: float | None = None,
+        text: str | None = None,
+        note: str | None = None,
+    ) -> list[str]:
+        """A curator's decision on records (an episode with its steps), journalled as a `review` entry.
+
+        Args:
+            decision: `accept` (out of quarantine into `tier`; the curator vouches for the outcome,
+                so it counts as verified, `verified_by` 'curator:ACTOR'), `reject` (stays in
+                quarantine, marked rejected, out of the queue) or `edit` (change `tags`, `value`,
+                or a rule's `text`; the record stays in the queue).
+            note: why, kept in the journal.
+
+        Returns:
+            The record ids decided on.
+        """
+        if decision not in ("accept", "reject", "edit"):
+            raise ValueError(f"a review decision is accept, reject or edit, not {decision!r}")
+        if tier not in ("regular", "golden"):
+            raise ValueError(f"an accepted record goes to the regular or golden tier, not {tier!r}")
+        rids = self._resolve_all(ids)
+        payload: dict[str, Any] = {"decision": decision}
+        if note:
+            payload["note"] = note
+        entries: list[tuple[str, list[str], dict[str, Any]] | None] = []
+        if decision == "accept":
+            payload["tier"] = tier
+        elif decision == "edit":
+            changes: dict[str, Any] = {}
+            if tags is not None:
+                for label in tags:
+                    if not label or "," in label or label.strip() != label:
+                        raise ValueError(f"tag {label!r} must be non-empty, without commas or surrounding spaces")
+                changes["tags"] = list(tags)
+            if value is not None:
+                if not 0.0 <= float(value) <= 1.0:
+                    raise ValueError(f"value must be within [0, 1], got {value}")
+                changes["value"] = float(value)
+            if text is not None:
+                rules = [rid for rid in rids if parse_record_id(rid)[0] == "rule"]
+                if not text.strip() or not rules:
+                    raise ValueError("--text edits a rule's text: give a rule id and non-empty text")
+                entries += [("rule_edit", [rid], {"text": text}) for rid in rules]
+            if not changes and text is None:
+                raise ValueError("an edit needs --tag, --value or --text")
+            payload["set"] = changes
+        entries.insert(0, ("review", rids, payload))
+        self.write_once(entries, actor)
+        return rids
+
+    def rebuild(
+        self,
+        as_of: float | str | datetime | None = None,
+        actor: str | None = None,
+        *,
+        drop_runs: Sequence[str] = (),
+        drop_imports: Sequence[str] = (),
+    ) -> RebuildReport:
         """Recreate the view from the run logs and the journal, now or as of a past moment.
 
         With `as_of`, a `rollback` entry is journalled first: every change made after that
         time is cancelled (and stays cancelled), and episodes ingested after it are not
         ingested again by `sync`. Embeddings of unchanged records are reused.
+
+        Args:
+            drop_runs: run ids whose every trace is cancelled for good (a `drop` entry each): the
+                episodes it stored, the credit, rules and votes its process wrote; `sync` never
+                ingests its episodes again.
+            drop_imports: imports to cancel for good, each a file given to `import_file`, its stored
+                name (`imports/<digest>.jsonl`) or digest.
+
+        Raises:
+            ValueError: a run or import to drop is not in the journal.
         """
         when = None if as_of is None else parse_time(as_of)
         with self.journal.locked():
             self.state.refresh(self.journal)
+            drops = [{"run_id": self._journalled_run(r)} for r in drop_runs]
+            drops += [{"import": self._journalled_import(f)} for f in drop_imports]
+            before = len(self.state.dropped)
+            entries = [self._entry("drop", [], d, actor) for d in drops]
             if when is not None:
-                self.journal.append([self._entry("rollback", [], {"as_of": when}, actor)])
+                entries.append(self._entry("rollback", [], {"as_of": when}, actor))
+            if entries:
+                self.journal.append(entries)
                 self.state.refresh(self.journal)
             report = self.keeper.rebuild_view(reuse_vectors=True)
         report.as_of = when
+        report.dropped = len(self.state.dropped) - before
         return report
+
+    def _journalled_run(self, run_id: str) -> str:
+        entries = self.state.entries + self.state.dropped
+        if any(e.actor == f"run:{run_id}" or e.payload.get("run_id") == run_id for e in entries):
+            return run_id
+        raise ValueError(f"run {run_id!r} left nothing in this memory's journal (see `crl runs`)")
+
+    def _journalled_import(self, ref: str) -> str:
+        files = {e.payload["file"] for e in self.state.entries + self.state.dropped if e.op == "import"}
+        wanted = {ref, f"imports/{ref}", f"imports/{ref}.jsonl"}
+        if Path(ref).is_file():
+            wanted.add(f"imports/{hashlib.sha256(Path(ref).read_bytes()).hexdigest()[:24]}.jsonl")
+        found = sorted(files & wanted)
+        if not found:
+            raise ValueError(
+                f"no import {ref!r} in this memory's journal: give the imported file or imports/DIGEST.jsonl"
+            )
+        return found[0]
 
     # rules
 
@@ -317,6 +454,7 @@ class CurationMixin:
         seed: int | None = None,
         model: str = "",
         reflection: str | None = None,
+        pending_review: bool = False,
     ) -> str:
         """Store a rule (an insight for a task family, or 'all'); returns its id.
 
@@ -324,6 +462,8 @@ class CurationMixin:
             variant, seed: limit the rule to one task variant (and one game of it).
             model: the model that wrote it (empty for a person).
             reflection: the reflection run that wrote it.
+            pending_review: untrusted (e.g. added by someone who is not a curator): it waits in
+                quarantine for `review`, out of prompts, until accepted.
         """
         if not text.strip():
             raise ValueError("a rule needs text")
@@ -340,6 +480,7 @@ class CurationMixin:
             reflections=[reflection] if reflection else [],
             created_at=now,
             updated_at=now,
+            **({"tier": "quarantine", "review": "pending"} if pending_review else {}),
         )
         self._write("rule_add", [rule.id], {"record": rule.model_dump(mode="json")}, actor)
         return rule.id

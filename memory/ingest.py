@@ -81,12 +81,24 @@ def compute_tags(episode: Episode, novelty: list[float], weights: ValueWeights) 
     return EpisodeTags(list(novelty), step_values, value)
 
 
+def verification_of(episode: Episode) -> str | None:
+    """Who verified `episode`'s outcome: 'env' for one played here, 'replay' for a synthetic episode
+    whose replay in the real environment succeeded as it claims, else None (unverified)."""
+    if episode.source == "real":
+        return "env"
+    validation = (episode.provenance or {}).get("validation") or {}
+    if validation.get("replayed") and bool(validation.get("success")) == bool(episode.success):
+        return "replay"
+    return None
+
+
 def build_records(
     episode: Episode, t: EpisodeTags, history_steps: int, now: float
 ) -> tuple[EpisodeRecord, list[StepRecord]]:
     """The episode record and step records of `episode`, tagged with `t`, stamped `now`."""
     family, variant = episode.family, episode.variant
     outcome = tags.outcome_of(episode)
+    verified_by = verification_of(episode)
     rewards = [s.reward for s in episode.steps]
     mean_novelty = sum(t.novelty) / len(t.novelty) if t.novelty else 0.0
     ep_record = EpisodeRecord(
@@ -115,6 +127,8 @@ def build_records(
         provenance=episode.provenance,
         text=episode_text(episode),
         value=t.value,
+        verified=verified_by is not None,
+        verified_by=verified_by,
         created_at=episode.started_at,
         updated_at=now,
         trajectory=[s.to_dict() for s in episode.steps],
@@ -155,6 +169,8 @@ def build_records(
                 novelty=t.novelty[i],
                 value=t.step_values[i],
                 source=ep_record.source,
+                verified=ep_record.verified,
+                verified_by=ep_record.verified_by,
                 model=episode.model,
                 adapter=episode.adapter,
                 episode_length=len(episode.steps),

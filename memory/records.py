@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import typing
 from typing import Annotated, Any, Literal
 
@@ -21,17 +22,45 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from crl.memory.trajectory import Episode, Step
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Outcome = Literal["success", "failure", "unfinished"]
 Tier = Literal["golden", "regular", "quarantine"]
 Source = Literal["real", "synthetic"]
+Review = Literal["pending", "accepted", "rejected"]
 Kind = Literal["episode", "step", "rule"]
 KINDS: tuple[str, ...] = ("episode", "step", "rule")
 RULE_SCOPE_ALL = "all"
 
 _ID_PREFIX = {"episode": "ep", "step": "st", "rule": "ru"}
 _PREFIX_KIND = {v: k for k, v in _ID_PREFIX.items()}
+
+FAMILY_MAX = 32
+_FAMILY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*")
+ID_MAX = 160
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+@=-]*")
+
+
+def family_problem(family: str) -> str | None:
+    """Why `family` cannot name a task family in the bank (its collections are named after it), or None.
+
+    Example:
+        >>> family_problem("x..y")
+        "task family 'x..y' may hold letters, digits, '_', '-' and single dots between them (at most 32)"
+    """
+    if isinstance(family, str) and len(family) <= FAMILY_MAX and _FAMILY.fullmatch(family):
+        return None
+    return (
+        f"task family {family!r} may hold letters, digits, '_', '-' and single dots between them (at most {FAMILY_MAX})"
+    )
+
+
+def id_problem(what: str, value: str) -> str | None:
+    """Why `value` cannot be an episode or run id (`what` names which), or None: ids are one word of
+    letters, digits and `_ . + @ = -`, as record ids embed them between colons."""
+    if isinstance(value, str) and len(value) <= ID_MAX and _ID.fullmatch(value) and ".." not in value:
+        return None
+    return f"{what} {value!r} must be letters, digits and _ . + @ = - (no '..', at most {ID_MAX} characters)"
 
 
 def episode_record_id(family: str, episode_id: str) -> str:
@@ -147,6 +176,21 @@ class _Record(BaseModel):
     value_prior: float | None = Field(
         None, description="The value label before its first credit: where decay pulls the value back to."
     )
+    verified: bool = Field(
+        False,
+        description="The outcome was checked by the environment: an episode played here (verified_by 'env'), "
+        "a synthetic one validated by replay ('replay'), or vouched for by a curator ('curator:WHO'). "
+        "Only verified successes count as successes (`counts_as_success`).",
+    )
+    verified_by: str | None = Field(None, description="Who verified the outcome: env, replay or curator:WHO.")
+    imported_from: str | None = Field(
+        None, description="The import it came from (`imports/<digest>.jsonl` in the memory folder); None: made here."
+    )
+    review: Review | None = Field(
+        None,
+        description="pending: an import waiting for `crl memory review` (kept in quarantine until then); "
+        "accepted or rejected: the curator's decision. None: never needed review.",
+    )
 
     @property
     def effective_uses(self) -> float:
@@ -199,6 +243,9 @@ class EpisodeRecord(_Record):
 
     @model_validator(mode="after")
     def _check_id(self):
+        problem = family_problem(self.family)
+        if problem:
+            raise ValueError(problem)
         if self.id != episode_record_id(self.family, self.episode_id):
             raise ValueError(f"id {self.id!r} does not match family and episode_id")
         return self
@@ -265,6 +312,9 @@ class StepRecord(_Record):
 
     @model_validator(mode="after")
     def _check_id(self):
+        problem = family_problem(self.family)
+        if problem:
+            raise ValueError(problem)
         if self.id != step_record_id(self.family, self.episode_id, self.index):
             raise ValueError(f"id {self.id!r} does not match family, episode_id and index")
         return self
@@ -339,6 +389,29 @@ def record_from_dict(data: dict[str, Any]) -> AnyRecord:
     if kind not in RECORD_TYPES:
         raise ValueError(f"unknown record kind {kind!r}; expected one of {', '.join(KINDS)}")
     return RECORD_TYPES[kind].model_validate(data)  # type: ignore[return-value]
+
+
+def counts_as_success(record: AnyRecord) -> bool:
+    """Whether a record may count as a success (for retrieval, action values, rules and SFT/DPO
+    'chosen'): a success whose outcome was verified, not in quarantine (so not an import waiting
+    for review, nor a rejected one). Rules have no outcome: always False.
+
+    Example:
+        A real episode ingested from a run's log that succeeded counts; the same episode imported
+        from a file does not until a curator accepts it (`crl memory review --accept ID`).
+    """
+    if isinstance(record, EpisodeRecord):
+        outcome = record.outcome
+    elif isinstance(record, StepRecord):
+        outcome = record.episode_outcome
+    else:
+        return False
+    return outcome == "success" and record.verified and record.tier != "quarantine" and record.review != "rejected"
+
+
+def is_untrusted(record: AnyRecord) -> bool:
+    """Whether a record waits for review or was rejected by a curator (keep it out of everything)."""
+    return record.review in ("pending", "rejected")
 
 
 def utility_of(use_count: float, use_successes: float) -> float:

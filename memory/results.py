@@ -47,6 +47,8 @@ class ImportReport:
     episodes: int
     steps: int
     rules: int
+    pending_review: int = 0
+    kept_existing: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -61,6 +63,7 @@ class RebuildReport:
     reused_vectors: int
     seconds: float
     missing: list[str] = field(default_factory=list)
+    dropped: int = 0
 
 
 @dataclass

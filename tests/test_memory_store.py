@@ -232,19 +232,28 @@ def test_export_import_round_trip_is_lossless(open_bank, tmp_path):
     bank.tag("r1-0000", "x")
     bank.quarantine("r1-0002")
     bank.credit(["st:keyroom:r1-0001:0"], success=True)
-    bank.add_rule("Take the key before trying the door.", scope="keyroom", provenance=["ep:keyroom:r1-0001"])
+    rule_id = bank.add_rule("Take the key before trying the door.", scope="keyroom", provenance=["ep:keyroom:r1-0001"])
     first = tmp_path / "a.jsonl"
     assert bank.export(first) == 3 + 12 + 1
     other = open_bank(memory_dir=tmp_path / "memory2", runs_dir=tmp_path / "none", namespace=open_bank.namespace + "b")
     report = other.import_file(first)
     assert (report.episodes, report.steps, report.rules) == (3, 12, 1)
+    assert {r.id for r in other.review_queue()} == {f"ep:keyroom:r1-000{i}" for i in range(3)} | {rule_id}
+    other.review(["r1-0000", "r1-0001", rule_id], "accept")
+    other.review("r1-0002", "reject")  # rejected records stay quarantined, as it was at the source
     second = tmp_path / "b.jsonl"
     other.export(second)
-    assert first.read_bytes() == second.read_bytes()
+    assert other.get("r1-0001").verified and not other.get("r1-0002").verified
+    trust = {"verified", "verified_by", "imported_from", "review", "namespace", "updated_at"}  # curator decisions
+
+    def kept(path):
+        return [{k: v for k, v in json.loads(x).items() if k not in trust} for x in path.read_text().splitlines()]
+
+    assert kept(first) == kept(second)
     assert other.get("r1-0002").tier == "quarantine"
     probe = other.get("st:keyroom:r1-0001:0").text
     assert other.query_steps("keyroom", [probe], k=1)[0][0].id == "st:keyroom:r1-0001:0"
-    assert [h.entry.op for h in other.history("r1-0000")] == ["import"]
+    assert [h.entry.op for h in other.history("r1-0000")] == ["import", "review"]
 
 
 def test_malformed_import_is_rejected_with_line_numbers_and_nothing_written(open_bank, tmp_path):

@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from crl.agent.cli.common import (
+    Col,
     FamilyOpt,
     JsonOpt,
     MemoryUrlOpt,
@@ -255,16 +256,139 @@ def import_(
     memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Add the records of a JSONL export (validated first: on a bad line nothing is written)."""
+    """Add the records of a JSONL export (validated first: on a bad line nothing is written).
+
+    Imported records are untrusted: they wait in quarantine for `crl memory review`, and a record
+    this bank made from its own runs is never replaced.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"no file {path}")
     with open_bank(memory_url) as bank:
         report = bank.import_file(path)
+    kept = report.kept_existing
     emit(
         asdict(report),
         as_json,
-        f"imported {report.episodes} episode(s), {report.steps} step(s), {report.rules} rule(s) from {path}",
+        f"imported {report.episodes} episode(s), {report.steps} step(s), {report.rules} rule(s) from {path}; "
+        f"{report.pending_review} wait for `crl memory review`"
+        + (f"; kept {len(kept)} record(s) this bank made itself: {', '.join(kept[:5])}" if kept else ""),
     )
+
+
+def review_row(record: Any) -> dict[str, Any]:
+    """One queued record as `crl memory review --json` lists it."""
+    row = {"id": record.id, "kind": record.kind, "imported_from": record.imported_from, "review": record.review}
+    if record.kind == "rule":
+        return row | {"scope": record.scope_label, "text": record.text, "score": record.score}
+    return row | {
+        "task": record.task,
+        "outcome": record.outcome if record.kind == "episode" else record.episode_outcome,
+        "length": getattr(record, "length", None),
+        "return": getattr(record, "total_return", None),
+        "value": record.value,
+        "source": record.source,
+    }
+
+
+def review_loop(bank: Any, queue: list[Any], note: str | None) -> list[dict[str, Any]]:
+    """Ask about each queued record in turn: accept, reject, edit, skip or quit."""
+    decisions = []
+    for i, record in enumerate(queue, 1):
+        out.print(f"[bold]{i}/{len(queue)}[/]")
+        view().render_record(out, bank.get(record.id))
+        while True:
+            answer = typer.prompt("[a]ccept, [r]eject, [e]dit, [s]kip, [q]uit", default="s").strip().lower()[:1]
+            if answer == "q":
+                return decisions
+            if answer == "s":
+                break
+            if answer in ("a", "r"):
+                decision = "accept" if answer == "a" else "reject"
+                bank.review(record.id, decision, note=note)
+                decisions.append({"id": record.id, "decision": decision})
+                break
+            if answer == "e":
+                labels = typer.prompt("tags (comma-separated, empty: keep)", default="", show_default=False)
+                text = None
+                if record.kind == "rule":
+                    text = typer.prompt("rule text (empty: keep)", default="", show_default=False) or None
+                tags = [t.strip() for t in labels.split(",") if t.strip()] or None
+                if tags is None and text is None:
+                    continue
+                bank.review(record.id, "edit", tags=tags, text=text, note=note)
+                decisions.append({"id": record.id, "decision": "edit"})
+                continue
+            err.print("answer a, r, e, s or q")
+    return decisions
+
+
+@command("review")
+def review(
+    accept: list[str] = typer.Option(
+        [], "--accept", help="Accept a record (repeat): out of quarantine, its outcome vouched for by you."
+    ),
+    reject: list[str] = typer.Option(
+        [], "--reject", help="Reject a record (repeat): it stays quarantined, out of the queue."
+    ),
+    edit: list[str] = typer.Option(
+        [], "--edit", help="Edit a record (repeat) with --tag, --value or --text; it stays queued."
+    ),
+    tags: list[str] = typer.Option([], "--tag", "-t", help="With --edit: the record's labels (repeat for several)."),
+    new_value: float | None = typer.Option(None, "--value", min=0.0, max=1.0, help="With --edit: the value label."),
+    text: str | None = typer.Option(None, "--text", help="With --edit: a rule's new text."),
+    pin: bool = typer.Option(False, "--pin", help="Accepted records go to the golden tier (default regular)."),
+    note: str | None = typer.Option(None, "--note", help="Why (kept in the journal with each decision)."),
+    interactive: bool = typer.Option(
+        False, "--interactive", "-i", help="Ask about each queued record (default on a terminal)."
+    ),
+    memory_url: str | None = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Walk the review queue of imported records: accept, reject or edit each; every decision is journalled.
+
+    With no decision flags it lists the queue (or, on a terminal, asks about each record).
+    """
+    import sys
+
+    with open_bank(memory_url) as bank:
+        if accept or reject or edit:
+            decisions = []
+            for ids, decision in ((accept, "accept"), (reject, "reject"), (edit, "edit")):
+                if not ids:
+                    continue
+                kwargs: dict[str, Any] = {"note": note}
+                if decision == "accept":
+                    kwargs["tier"] = "golden" if pin else "regular"
+                if decision == "edit":
+                    kwargs |= {"tags": tags or None, "value": new_value, "text": text}
+                decisions += [{"id": rid, "decision": decision} for rid in bank.review(ids, decision, **kwargs)]
+            left = len(bank.review_queue())
+            emit(
+                {"decisions": decisions, "queued": left},
+                as_json,
+                "; ".join(f"{d['decision']} {d['id']}" for d in decisions) + f"; {left} record(s) still queued",
+            )
+            return
+        queue = bank.review_queue()
+        if not as_json and queue and (interactive or sys.stdin.isatty()):
+            decisions = review_loop(bank, queue, note)
+            say(f"{len(decisions)} decision(s); {len(bank.review_queue())} record(s) still queued")
+            return
+
+    rows = [review_row(r) for r in queue]
+    if not rows and not as_json:
+        say("nothing to review: imported records wait here until a curator accepts or rejects them")
+        return
+    columns = [
+        Col("id"),
+        Col("kind", drop=3),
+        Col("task", drop=2),
+        Col("outcome"),
+        Col("value", right=True, fmt=lambda v: "-" if v is None else f"{v:.2f}"),
+        Col("text", drop=4, wrap=True),
+        Col("imported_from", "from", drop=1),
+    ]
+    emit(rows, as_json, columns, title=f"{len(rows)} record(s) to review: --accept ID, --reject ID or --edit ID")
 
 
 def render_drift(results: list[Any]) -> None:
@@ -318,6 +442,12 @@ def rebuild(
     as_of: str | None = typer.Option(
         None, "--as-of", help="Roll memory back to this time: ISO 8601 (2025-01-31T12:00, local) or UNIX seconds."
     ),
+    drop_run: list[str] = typer.Option(
+        [], "--drop-run", help="Drop everything that came from this run, for good (repeat for several)."
+    ),
+    drop_import: list[str] = typer.Option(
+        [], "--drop-import", help="Drop everything an import brought: the imported file or imports/DIGEST.jsonl."
+    ),
     yes: bool = YesOpt,
     memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
@@ -325,6 +455,8 @@ def rebuild(
     """Recreate the view from the run logs and the journal, now or as of a past moment.
 
     With --as-of this is a rollback: every change after that moment is cancelled for good.
+    --drop-run and --drop-import cancel, for good, every change a run (its episodes, credit, rules)
+    or an import made.
     """
     from crl.memory.results import parse_time
 
@@ -343,14 +475,18 @@ def rebuild(
                 )
             if later:
                 confirm(f"roll memory back to {view().when(when)}", yes)
+        if drop_run or drop_import:
+            named = ", ".join([f"run {r}" for r in drop_run] + [f"import {f}" for f in drop_import])
+            confirm(f"drop everything that came from {named}", yes)
         with err.status("rebuilding the memory view from the journal and run logs..."):
-            report = bank.rebuild(as_of=when)
+            report = bank.rebuild(as_of=when, drop_runs=drop_run, drop_imports=drop_import)
     since = f" as of {view().when(report.as_of)}" if report.as_of is not None else ""
     emit(
         asdict(report),
         as_json,
         f"rebuilt{since}: {report.entries} journal entries replayed, {report.episodes} episodes, {report.steps} steps, "
-        f"{report.rules} rules ({report.reused_vectors} embeddings reused) in {report.seconds:.1f} s",
+        f"{report.rules} rules ({report.reused_vectors} embeddings reused) in {report.seconds:.1f} s"
+        + (f"; {report.dropped} journal entries dropped" if drop_run or drop_import else ""),
     )
     for line in report.missing if not as_json else []:
         err.print(f"[yellow]missing:[/] {escape(line)}", highlight=False)

@@ -5,6 +5,12 @@ entry, never the clock), so replaying the journal in order always produces the s
 With `check_applied`, records whose `jseq` shows they already saw the entry are skipped,
 which makes replaying a half-applied entry after a crash safe for non-idempotent ops
 (credit, decay, vote).
+
+An entry that cannot be applied (a name Chroma refuses, a payload that does not parse, an
+import file line an older crl accepted) raises `EntrySkipped` naming the journal line and the
+reason; the keeper reports it and goes on, so one bad entry never stops the whole bank.
+Imported records are marked untrusted here (quarantine, review pending, unverified) and never
+replace a record this bank made from a run or a synthesis.
 """
 
 from __future__ import annotations
@@ -19,16 +25,68 @@ import numpy as np
 from crl.memory import tags
 from crl.memory.errors import BankError
 from crl.memory.ingest import EpisodeTags, build_records, episode_as_of
-from crl.memory.records import AnyRecord, EpisodeRecord, RuleRecord, step_record_id, utility_of
+from crl.memory.records import (
+    AnyRecord,
+    EpisodeRecord,
+    RuleRecord,
+    StepRecord,
+    episode_record_id,
+    family_problem,
+    step_record_id,
+    utility_of,
+)
 from crl.memory.storage.episode_log import read_episodes
 from crl.memory.storage.journal import JournalEntry
 from crl.memory.storage.store import ChromaView, Located, bucket_of
-from crl.memory.storage.transfer import read_import
+from crl.memory.storage.transfer import ImportValidationError, migrate_record, read_import
 from crl.memory.trajectory import Episode
 
+# What a bad entry raises while it is applied; anything else (a server gone away) is not a
+# property of the entry and must stop the replay, or the watermark would pass an unapplied entry.
+_BAD_ENTRY = (KeyError, TypeError, ValueError, IndexError, AttributeError, ImportValidationError, FileNotFoundError)
 
-class MissingContentError(BankError, RuntimeError):
+
+class EntrySkipped(BankError, RuntimeError):
+    """A journal entry that cannot be applied; replay reports it (journal line and reason) and goes on."""
+
+
+class MissingContentError(EntrySkipped):
     """An ingest entry refers to a run log (or episode in it) that is gone."""
+
+
+def where(entry: JournalEntry) -> str:
+    """`journal line N (op)`: how a warning names an entry."""
+    line = f"line {entry.line}" if entry.line > 0 else f"byte {entry.seq}"
+    return f"journal {line} ({entry.op})"
+
+
+def _chroma_refusal() -> tuple[type[BaseException], ...]:
+    try:
+        from chromadb.errors import InvalidArgumentError
+    except ImportError:
+        return ()
+    return (InvalidArgumentError,)
+
+
+def as_imported(record: AnyRecord, file: str) -> AnyRecord:
+    """An imported record as the bank holds it: untrusted until a curator accepts it.
+
+    Whatever the file claims, it is unverified, in quarantine and pending review.
+    """
+    return record.model_copy(
+        update={
+            "imported_from": file,
+            "verified": False,
+            "verified_by": None,
+            "tier": "quarantine",
+            "review": "pending",
+        }
+    )
+
+
+def made_here(record: AnyRecord) -> bool:
+    """A record this bank made itself (from a run log, a synthesis, a rule written here)."""
+    return record.imported_from is None
 
 
 def _key(record_id: str, text: str) -> tuple[str, str]:
@@ -126,6 +184,7 @@ class Materializer:
         self.embedder = embedder
         self.content = content
         self.cache = VectorCache()
+        self.warnings: list[str] = []
 
     def vectors(self, records: list[AnyRecord], known: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Embeddings of records: from `known` (by id), the cache, else embedded now in one batch."""
@@ -155,13 +214,20 @@ class Materializer:
         vectors: dict[str, np.ndarray] | None = None,
     ) -> None:
         """Apply one entry. `episode` and `vectors` spare an ingest re-reading and re-embedding."""
+        if entry.dropped:
+            return
         handler = getattr(self, f"_{entry.op}", None)
         if handler is None:
-            raise ValueError(f"cannot apply journal op {entry.op!r}")
-        if entry.op == "ingest":
-            self._ingest(entry, check_applied, episode, vectors)
-        else:
-            handler(entry, check_applied)
+            raise EntrySkipped(f"{where(entry)}: skipped, this crl cannot apply the op {entry.op!r}")
+        try:
+            if entry.op == "ingest":
+                self._ingest(entry, check_applied, episode, vectors)
+            else:
+                handler(entry, check_applied)
+        except EntrySkipped:
+            raise
+        except _BAD_ENTRY + _chroma_refusal() as e:
+            raise EntrySkipped(f"{where(entry)}: skipped, it cannot be applied ({type(e).__name__}: {e})") from e
 
     # ---- ops ----------------------------------------------------------------------------
 
@@ -173,33 +239,68 @@ class Materializer:
         vectors: dict[str, np.ndarray] | None,
     ) -> None:
         p = entry.payload
+        problem = family_problem(p["family"])
+        if problem:
+            raise EntrySkipped(f"{where(entry)}: skipped episode {p.get('episode_id')!r}: {problem}")
         ep = episode if episode is not None else self.content.episode(entry)
+        ep = self._with_outcome(entry, ep)
         ep = episode_as_of(ep, int(p["n_steps"]), bool(p["finished"]))
         t = EpisodeTags(list(p["novelty"]), list(p["step_values"]), float(p["value"]))
         ep_rec, steps = build_records(ep, t, int(p["history_steps"]), now=entry.time)
         ep_rec = ep_rec.model_copy(update={"source": p.get("source", ep_rec.source)})
         steps = [s.model_copy(update={"source": ep_rec.source}) for s in steps]
         located: dict[str, Located] = {}
-        if p.get("prior") or check_applied:
-            wanted = [ep_rec.id] + ([s.id for s in steps] if p.get("prior") else [])
+        if p.get("prior") or p.get("replaces_import") or check_applied:
+            whole = p.get("prior") or p.get("replaces_import")
+            wanted = [ep_rec.id] + ([s.id for s in steps] if whole else [])
             located = self.view.locate(wanted)
             old_ep = located.get(ep_rec.id)
             if check_applied and old_ep is not None and old_ep.jseq >= entry.seq:
                 return
-        old_episode = located.get(ep_rec.id)
+        mergeable = {rid: loc for rid, loc in located.items() if made_here(loc.record)}  # a run replaces an import
+        old_episode = mergeable.get(ep_rec.id)
         if old_episode is not None:
             ep_rec = merge_curation(ep_rec, old_episode.record)
             # steps new to a pinned or quarantined episode join it in its tier
             steps = [s.model_copy(update={"tier": ep_rec.tier}) for s in steps]
-        records: list[AnyRecord] = [merge_curation(s, located[s.id].record) if s.id in located else s for s in steps]
+        records: list[AnyRecord] = [
+            merge_curation(s, mergeable[s.id].record) if s.id in mergeable else s for s in steps
+        ]
         # steps first, the episode last: an episode record with this jseq means all its steps landed
         self.view.put(records, self.vectors(records, vectors), entry.seq)
         self.view.put([ep_rec], self.vectors([ep_rec], vectors), entry.seq)
         self._drop_stale(records + [ep_rec], located)
 
+    def _with_outcome(self, entry: JournalEntry, ep: Episode) -> Episode:
+        """The episode with the outcome the entry journalled when its log lost the end event (a torn
+        tail cut off after the episode was stored as finished)."""
+        p = entry.payload
+        if not p["finished"] or ep.finished:
+            return ep
+        outcome = p.get("outcome")
+        if not outcome:
+            self.warnings.append(
+                f"{where(entry)}: episode {p['episode_id']} was stored finished but its run log lost the end; "
+                "kept unfinished until the log has it again"
+            )
+            return ep
+        ep = Episode.from_dict(ep.to_dict())
+        for k, v in outcome.items():
+            if k in Episode.__dataclass_fields__ and k != "steps":
+                setattr(ep, k, v)
+        return ep
+
     def _import(self, entry: JournalEntry, check_applied: bool) -> None:
-        path = self.content.memory_dir / entry.payload["file"]
-        records = read_import(path, max_line_bytes=1 << 62, max_field_chars=1 << 62)
+        file = entry.payload["file"]
+        path = self.content.memory_dir / file
+        bad: list[tuple[int, str]] = []
+        records = read_import(path, max_line_bytes=1 << 62, max_field_chars=1 << 62, check=False, skipped=bad)
+        for n, msg in bad[:5]:
+            self.warnings.append(f"{where(entry)}: skipped line {n} of {file}: {msg}")
+        if len(bad) > 5:
+            self.warnings.append(f"{where(entry)}: skipped {len(bad) - 5} more line(s) of {file}")
+        records = self.importable(records)
+        records = [as_imported(r, file) for r in records]
         if check_applied:
             located = self.view.locate([r.id for r in records])
             records = [r for r in records if r.id not in located or located[r.id].jseq < entry.seq]
@@ -209,6 +310,23 @@ class Materializer:
             part = records[start : start + chunk]
             self.view.put(part, self.vectors(part), entry.seq)
         self._drop_stale(records, located)
+
+    def importable(self, records: list[AnyRecord]) -> list[AnyRecord]:
+        """Records an import may write: none whose id (or whose episode's id) the bank made itself."""
+        located = self.view.locate([r.id for r in records])
+        ours = {rid for rid, loc in located.items() if made_here(loc.record)}
+        episode_ids = {
+            episode_record_id(r.family, r.episode_id)
+            for r in records
+            if isinstance(r, StepRecord) and episode_record_id(r.family, r.episode_id) not in located
+        }
+        located_eps = self.view.locate(sorted(episode_ids)) if episode_ids else {}
+        ours |= {rid for rid, loc in located_eps.items() if made_here(loc.record)}
+
+        def owner(r: AnyRecord) -> str:
+            return episode_record_id(r.family, r.episode_id) if isinstance(r, StepRecord) else r.id
+
+        return [r for r in records if r.id not in ours and owner(r) not in ours]
 
     def _drop_stale(self, written: list[AnyRecord], located: dict[str, Located]) -> None:
         """Delete the old copies of records that were just written to a different bucket."""
@@ -320,8 +438,26 @@ class Materializer:
 
         self._change(entry, self.view.locate(entry.ids), check_applied, decay)
 
+    def _review(self, entry: JournalEntry, check_applied: bool) -> None:
+        p = entry.payload
+        decision = p["decision"]
+        if decision not in ("accept", "reject", "edit"):
+            raise ValueError(f"unknown review decision {decision!r}")
+
+        def decide(r: AnyRecord) -> AnyRecord | None:
+            if decision == "edit":
+                return _edited(r, p.get("set") or {})
+            if decision == "reject":
+                return r.model_copy(update={"review": "rejected", "tier": "quarantine"})
+            update: dict[str, Any] = {"review": "accepted", "tier": p.get("tier", "regular")}
+            if not isinstance(r, RuleRecord) and not r.verified:
+                update |= {"verified": True, "verified_by": f"curator:{entry.actor}"}
+            return r.model_copy(update=update)
+
+        self._change(entry, self._with_steps(entry.ids), check_applied, decide)
+
     def _rule_add(self, entry: JournalEntry, check_applied: bool) -> None:
-        rule = RuleRecord.model_validate(entry.payload["record"])
+        rule = RuleRecord.model_validate(migrate_record(dict(entry.payload["record"])))
         if check_applied:
             loc = self.view.locate([rule.id]).get(rule.id)
             if loc is not None and loc.jseq >= entry.seq:
@@ -353,6 +489,20 @@ class Materializer:
                 _traced(r, p).model_copy(update={"score": r.score + delta}) if isinstance(r, RuleRecord) else None
             ),
         )
+
+
+EDITABLE = ("tags", "value")
+"""What a review `edit` decision may change: labels and the value label (a rule's text goes
+through `rule_edit`, which re-embeds it)."""
+
+
+def _edited(record: AnyRecord, changes: dict[str, Any]) -> AnyRecord | None:
+    update: dict[str, Any] = {}
+    if "tags" in changes:
+        update["tags"] = sorted({str(t) for t in changes["tags"]})
+    if "value" in changes and not isinstance(record, RuleRecord):
+        update["value"] = min(1.0, max(0.0, float(changes["value"])))
+    return record.model_copy(update=update) if update else None
 
 
 RULE_TRACE_LIMIT = 50  # provenance and reflection ids kept per rule (the journal keeps them all)

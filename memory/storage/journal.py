@@ -10,8 +10,10 @@ apply, so entries are applied in journal order even with several processes on on
 
 Ops and their payloads:
     ingest      ids=[episode id]  {episode_id, run_id, family, task, n_steps, finished,
-                                   novelty[n], step_values[n], value, log | episode}
-    import ids=[]            {file, count, episode_ids}
+                                   novelty[n], step_values[n], value, log | episode,
+                                   outcome (finished: status, success, return... as logged)}
+    import      ids=[...]         {file, count, episodes, skipped (ids the bank made itself)}
+    review      ids=[...]         {decision: accept | reject | edit, tier (accept), set (edit), note}
     tag, untag  ids=[...]         {tags}
     tier        ids=[...]         {tier}  (golden, regular, quarantine)
     rm          ids=[...]         {reason}
@@ -20,6 +22,7 @@ Ops and their payloads:
     rule_edit   ids=[rule id]     {text}
     rule_vote   ids=[rule id]     {delta}
     rollback    ids=[]            {as_of}
+    drop        ids=[]            {run_id | import (file)}: cancels what came from it, for good
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ OPS = frozenset(
         "rule_edit",
         "rule_vote",
         "rollback",
+        "review",
+        "drop",
     }
 )
 
@@ -64,7 +69,11 @@ class JournalError(BankError, RuntimeError):
 
 @dataclass
 class JournalEntry:
-    """One change: `op` on records `ids` with `payload`, made by `actor` at `time` (UNIX s)."""
+    """One change: `op` on records `ids` with `payload`, made by `actor` at `time` (UNIX s).
+
+    `seq` is the line's byte offset; `line` its line number in the journal (0: not known);
+    `dropped` is set when the entry came from a run or import that a `drop` entry cancelled.
+    """
 
     op: str
     ids: list[str]
@@ -73,6 +82,8 @@ class JournalEntry:
     time: float = field(default_factory=time.time)
     seq: int = -1
     v: int = JOURNAL_VERSION
+    line: int = 0
+    dropped: bool = False
 
     def to_json(self) -> str:
         data = {
@@ -86,7 +97,7 @@ class JournalEntry:
         return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], seq: int) -> "JournalEntry":
+    def from_dict(cls, data: dict[str, Any], seq: int, line: int = 0) -> "JournalEntry":
         v = int(data.get("v", 0))
         if v > JOURNAL_VERSION:
             raise JournalError(
@@ -101,6 +112,7 @@ class JournalEntry:
             time=float(data["time"]),
             seq=seq,
             v=v,
+            line=line,
         )
 
 
@@ -121,7 +133,7 @@ class Journal:
             if not self.path.exists() or self.path.stat().st_size == 0:
                 header = {"v": JOURNAL_VERSION, "op": "header", "journal_id": uuid.uuid4().hex, "time": time.time()}
                 self._write_lines([json.dumps(header)])
-            with open(self.path, encoding="utf-8") as f:
+            with open(self.path, "rb") as f:
                 first = f.readline()
         try:
             header = json.loads(first)
@@ -205,8 +217,27 @@ class Journal:
 
     def read(self, start: int = 0) -> tuple[list[JournalEntry], int]:
         """Entries whose line starts at or after byte `start` (header skipped), and the offset
-        just past the last complete line (where the next read should start)."""
+        just past the last complete line (where the next read should start).
+
+        Raises:
+            JournalError: a line is corrupt (`read_numbered` can skip it instead).
+        """
+        entries, offset, _ = self.read_numbered(start)
+        return entries, offset
+
+    def read_numbered(
+        self, start: int = 0, first_line: int | None = None, skipped: list[str] | None = None
+    ) -> tuple[list[JournalEntry], int, int]:
+        """As `read`, with entries numbered by line, and the number of the line at the returned offset.
+
+        Args:
+            first_line: the line number of the line at `start` (known from 1 when `start` is 0),
+                so entries carry their `line`.
+            skipped: when given, a corrupt line is left out and described here (naming its line)
+                instead of failing the whole read.
+        """
         entries: list[JournalEntry] = []
+        line = first_line if first_line is not None else (1 if start == 0 else 0)
         with open(self.path, "rb") as f:
             f.seek(start)
             offset = start
@@ -218,9 +249,15 @@ class Journal:
                 try:
                     data = json.loads(raw)
                     if data.get("op") != "header":
-                        entries.append(JournalEntry.from_dict(data, seq))
+                        entries.append(JournalEntry.from_dict(data, seq, line))
+                except JournalError:
+                    raise
                 except (ValueError, KeyError, TypeError, AttributeError) as e:
-                    raise JournalError(
-                        f"{self.path}: corrupt entry at byte {seq} ({e}); fix or remove that line"
-                    ) from None
-        return entries, offset
+                    at = f"line {line}" if line else f"byte {seq}"
+                    if skipped is None:
+                        raise JournalError(
+                            f"{self.path}: corrupt entry at {at} ({e}); fix or remove that line"
+                        ) from None
+                    skipped.append(f"{self.path} {at}: skipped a corrupt journal entry ({e})")
+                line = line + 1 if line else 0
+        return entries, offset, line

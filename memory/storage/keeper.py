@@ -18,7 +18,7 @@ from typing import Any
 
 from crl.memory.records import KINDS, SCHEMA_VERSION
 from crl.memory.results import RebuildReport
-from crl.memory.storage.apply import Materializer, MissingContentError, VectorCache
+from crl.memory.storage.apply import EntrySkipped, Materializer, VectorCache
 from crl.memory.storage.journal import Journal, JournalEntry
 from crl.memory.storage.journal_state import JournalState
 from crl.memory.storage.store import ChromaView, NewerSchemaError, StoreError
@@ -35,7 +35,8 @@ class ViewKeeper:
         self.where = where
         self.state = JournalState()
         self.view_id = ""
-        self.warnings: list[str] = []
+        self.warnings: list[str] = materializer.warnings  # one list: the journal's, the materializer's, ours
+        self.state.warnings = self.warnings
 
     @property
     def identity(self) -> str:
@@ -117,7 +118,7 @@ class ViewKeeper:
     def _apply(self, entry: JournalEntry, check_applied: bool, **hints: Any) -> None:
         try:
             self.materializer.apply(entry, check_applied, **hints)
-        except MissingContentError as e:
+        except EntrySkipped as e:
             self.warnings.append(str(e))
 
     def _replay_pending(self) -> int:
