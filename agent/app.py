@@ -16,7 +16,7 @@ from crl.agent.llm.embedded import EMBEDDED_MODEL_NAME
 from crl.agent.llm.factory import EMBEDDED_LABEL, build_chat_model, choose_model
 from crl.agent.preflight import check_run_request, needs_bank, see_added_tasks, uses_memory_in_loop
 from crl.agent.random_actor import RandomActor
-from crl.agent.redaction import redact_settings, redact_text
+from crl.agent.redaction import redact_settings, redact_strings, redact_text
 from crl.agent.reflect import make_reflector
 from crl.agent.runner import EpisodePlan, Progress, Runner, RunnerStats
 from crl.agent.runs import RunInfo, RunStore, RunSummary, find_run, new_run_id, run_stores, summarise
@@ -410,7 +410,7 @@ def _play(
         memory_advisor = advisor if isinstance(advisor, MemoryAdvisor) else None
         toolbox = toolbox_for(settings, info.task, model, store.path(info.run_id), memory_advisor)
         if toolbox is not None:
-            info.tools = toolbox.report()
+            info.tools = redact_strings(toolbox.report())  # an MCP URL may carry a token
             store.save(info)
         with EpisodeLog(store.log_path(info.run_id)) as log:
             runner = Runner(

@@ -96,6 +96,16 @@ def redact_settings(data: Any) -> Any:
     return data
 
 
+def redact_strings(data: Any) -> Any:
+    """`data` (JSON-ready) with every string redacted (`redact_text`) and its keys kept as they are
+    (for records whose keys are names, such as tool definitions)."""
+    if isinstance(data, dict):
+        return {k: redact_strings(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [redact_strings(v) for v in data]
+    return redact_text(data) if isinstance(data, str) else data
+
+
 class RedactingFilter(logging.Filter):
     """A logging filter that masks secrets in each record's formatted message (httpx logs request URLs)."""
 

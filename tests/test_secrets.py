@@ -72,3 +72,35 @@ def test_a_canary_key_appears_in_no_output_log_or_file(crl_home, tmp_path, keyed
     assert all(CANARY not in text for text in outputs)
     assert all(CANARY not in record.getMessage() for record in caplog.records)
     assert CANARY not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "text, hidden, kept",
+    [
+        ("http://user:pw-123456@127.0.0.1:9/v1", "pw-123456", "127.0.0.1:9/v1"),
+        ("see https://tok3n-abcdef@host.example/x", "tok3n-abcdef", "host.example/x"),
+        ("http://h:1/mcp?token=abcdef123&x=1", "abcdef123", "x=1"),
+        ("Authorization: Bearer sk-abcdef123456", "sk-abcdef123456", "Authorization"),
+    ],
+)
+def test_redact_text_masks_userinfo_query_keys_and_bearer_tokens(text, hidden, kept):
+    from crl.agent.redaction import redact_text
+
+    cleaned = redact_text(text, ())
+    assert hidden not in cleaned and kept in cleaned and "***" in cleaned
+
+
+def test_environment_keys_are_masked_but_counts_named_like_tokens_are_not(monkeypatch):
+    from crl.agent.redaction import is_secret_key, redact_settings, redact_text
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    monkeypatch.setenv("CRL_AGENT__MAX_PROMPT_TOKENS", "200000")
+    assert redact_text(f"key={CANARY}; budget 200000") == "key=***; budget 200000"
+    assert [is_secret_key(k) for k in ("api_key", "HF_TOKEN", "api_key_env", "max_new_tokens")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    saved = redact_settings({"llm": {"api_key": "x", "base_url": "http://u:p4ssw0rd@h/v1", "max_new_tokens": 48}})
+    assert saved == {"llm": {"api_key": "***", "base_url": "http://***@h/v1", "max_new_tokens": 48}}

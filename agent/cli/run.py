@@ -148,7 +148,7 @@ def run(
         total, task = len(info.seeds), info.task
         done = sum(1 for e in store.episodes(resume) if e.finished)
     else:
-        crl.get_task(task)
+        crl.check_task(settings, task)
         total, done = episodes, 0
     with EpisodeProgress(total, err, initial=done, description=task) as progress:
         if resume:
@@ -205,7 +205,7 @@ def evaluate(
     probe_store(settings, "eval")
     from crl.agent import app as crl
 
-    crl.get_task(task)
+    crl.check_task(settings, task)
     with EpisodeProgress(episodes, err, description=f"eval {task} [{fold.value}]") as progress:
         result = crl.start_run(settings, task, episodes, fold=fold.value, kind="eval", progress=progress)
     report = result.report() | {"fold": fold.value}

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, cut_at_stop
+from crl.agent.llm.base import BackendRefused, Completion, GenerationConfig, LLMError, Message, cut_at_stop
 
 if TYPE_CHECKING:
     from crl.agent.llm.scoring import ActionDistribution
@@ -126,8 +126,8 @@ class ScriptedModel:
         if callable(self._replies):
             return [self._replies(conversation) for conversation in batch]
         left = len(self._replies) - self._next
-        if len(batch) > left:
-            raise LLMError(
+        if len(batch) > left:  # every later call would fail too: a run stops here, as if killed
+            raise BackendRefused(
                 f"ScriptedModel ran out of replies: {len(self._replies)} were scripted, "
                 f"{self._next} used, and a batch of {len(batch)} asked for more; "
                 "script more replies or pass a function."
