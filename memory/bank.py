@@ -560,7 +560,7 @@ class ExperienceBank(CurationMixin):
             targets.add(episode_record_id(family, rest.rsplit(":", 1)[0]))
         self.keeper.refresh()
         effective = {e.seq for e in self.state.entries}
-        entries, _ = self.journal.read(0)
+        entries, _, _ = self.journal.read_numbered(0, skipped=[])  # a corrupt line: skipped (open warned)
         return [HistoryItem(e, e.seq not in effective) for e in entries if targets.intersection(e.ids)]
 
     def stats(self) -> MemoryStats:

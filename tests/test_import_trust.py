@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from crl.agent.cli.main import app
@@ -403,5 +405,66 @@ def test_a_played_episode_takes_the_place_of_an_imported_copy(tmp_path):
             assert len(copies) == 4 and all(s.verified and s.review is None for s in copies)
             assert "ep:keyroom:r1-0000" not in {r.id for r in bank.review_queue()}
             bank.rebuild()
+    finally:
+        bank.close()
+
+
+_FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**12), max_value=10**12),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=12),
+    st.lists(st.integers(), max_size=3),
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzzed_imports_are_refused_with_a_line_or_stored_consistent(tmp_path_factory, data):
+    """Random changes to random fields of an export: either every record stored is consistent and
+    waits for review, or the import is refused naming a line and the bank is unchanged."""
+    root = tmp_path_factory.mktemp("fuzz")
+    rows = FUZZ_ROWS.setdefault("rows", exported(tmp_path_factory.mktemp("src")))
+    rows = [dict(r) for r in rows]
+    for _ in range(data.draw(st.integers(1, 3), label="changes")):
+        row = data.draw(st.sampled_from(rows), label="row")
+        key = data.draw(st.sampled_from(sorted(row)), label="field")
+        row[key] = data.draw(_FIELD_VALUES, label="value")
+    path = write_lines(root / "fuzz.jsonl", rows)
+    bank = open_test_bank(root / "home")
+    try:
+        try:
+            report = bank.import_file(path)
+        except ImportValidationError as e:
+            assert "line " in str(e) and "nothing imported" in str(e)
+            assert "import" not in journal_ops(bank) and bank.ls() == [] and bank.warnings == []
+            return
+        assert report.pending_review >= 1 and bank.warnings == []
+        for kind in ("episode", "step", "rule"):
+            for record in bank.ls(kind=kind):
+                assert record.tier == "quarantine" and record.review == "pending" and not record.verified
+                assert not counts_as_success(record)
+                if kind == "episode":
+                    record = bank.get(record.id)  # with its trajectory
+                    assert record.length == len(record.trajectory) and record.success == (record.outcome == "success")
+                    assert record.task.split("/", 1)[0] == record.family and 0 <= record.value <= 1
+    finally:
+        bank.close()
+
+
+FUZZ_ROWS: dict[str, list[dict]] = {}
+
+
+def test_history_reads_past_a_corrupt_journal_line(tmp_path):
+    bank = open_test_bank(tmp_path)
+    bank.ingest_episode(make_episode("r1", 0, success=True))
+    bank.tag("r1-0000", "kept")
+    bank.close()
+    path = tmp_path / "memory" / "journal.jsonl"
+    path.write_bytes(path.read_bytes() + b"{broken\n")
+    bank = open_test_bank(tmp_path)
+    try:
+        assert [h.entry.op for h in bank.history("r1-0000")] == ["ingest", "tag"]
     finally:
         bank.close()
