@@ -468,3 +468,41 @@ def test_history_reads_past_a_corrupt_journal_line(tmp_path):
         assert [h.entry.op for h in bank.history("r1-0000")] == ["ingest", "tag"]
     finally:
         bank.close()
+
+
+def test_cli_commands_work_in_a_home_broken_by_an_old_import(cli_home, tmp_path, monkeypatch):
+    """Defect 1 end to end: an `x..y` import journalled by an older crl; stats, ls, rebuild (now and
+    --as-of before the import) and run all work, naming the skipped journal line while it counts."""
+    import crl.agent.app as agent_app
+    from crl.agent.llm.scripted import ScriptedModel
+    from crl.tasks.keyroom import solve
+    from crl.tasks.registry import fold_seeds
+
+    write_log(cli_home / "runs", "r9", [make_episode("r9", 0, success=True)])
+    assert crl("memory", "sync").exit_code == 0
+    before = time.time()
+    time.sleep(0.02)
+    row = dict(episode_row(exported(tmp_path), True), family="x..y", id="ep:x..y:r1-0000", schema_version=1)
+    for key in ("verified", "verified_by", "imported_from", "review", "namespace"):
+        row.pop(key, None)
+    memory = cli_home / "memory"
+    (memory / "imports").mkdir(exist_ok=True)
+    write_lines(memory / "imports" / "old.jsonl", [row])
+    journal = Journal(memory / "journal.jsonl", fsync=False)
+    with journal.locked():
+        journal.append([JournalEntry("import", [row["id"]], {"file": "imports/old.jsonl", "count": 1}, "old")])
+    line = len((memory / "journal.jsonl").read_text().splitlines())
+
+    assert f"journal line {line} (import)" in crl("memory", "stats").output
+    for args in (
+        ("memory", "stats"),
+        ("memory", "ls"),
+        ("memory", "rebuild"),
+        ("memory", "rebuild", "--as-of", f"{before:.3f}", "--yes"),
+    ):
+        r = crl(*args)
+        assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    (seed,) = fold_seeds("keyroom/key", "train", 1)
+    monkeypatch.setattr(agent_app, "build_chat_model", lambda s: ScriptedModel([f" {a}" for a in solve(seed, "key")]))
+    r = crl("run", "keyroom/key", "-n", 1, "--policy", "llm")
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
