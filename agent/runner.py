@@ -390,6 +390,18 @@ class Runner:
             dists = self.model.score_actions(batch, [list(c) for c in candidates], self.posterior.temperature)
         except BackendRefused:
             raise
+        except BatchError as exc:
+            log.warning("%s", redact_text(str(exc)))
+            partial = [
+                d if d is not None else ModelFailure(redact_text(e or str(exc)))
+                for d, e in zip(exc.results, exc.errors)
+            ]
+            if all(isinstance(d, ModelFailure) for d in partial):
+                self._count_failure(partial[0].reason)
+            else:
+                self._failed_calls = 0
+                stats.scored_decisions += sum(not isinstance(d, ModelFailure) for d in partial)
+            return partial
         except LLMError as exc:
             log.warning("scoring failed for %d prompt(s): %s", len(batch), redact_text(str(exc)))
             self._count_failure(redact_text(str(exc)))

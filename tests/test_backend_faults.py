@@ -164,3 +164,20 @@ def test_a_refused_key_stops_the_run_at_once_as_failed(crl_home):
         server.stop()
     [info] = RunStore(crl_home / "runs").list()
     assert info.status == "failed" and "authentication failed (401)" in info.error and "a-wrong-key" not in info.error
+
+
+def test_served_scoring_keeps_the_states_whose_requests_succeeded(served):
+    from crl.agent.llm.served_scoring import ServedScoringOptions
+
+    server, url = served()
+    options = ServedScoringOptions(methods=("sampling",), samples=2)
+    model = OpenAIChatModel("m", base_url=url, max_retries=0, concurrency=1, scoring=options)
+    actions = ["look", "go west"]
+    [probed] = model.score_actions([ASK], [actions])  # the first call probes the method
+    assert probed.best == "look"
+    server.fail_next(500)
+    with pytest.raises(BatchError) as caught:
+        model.score_actions([ASK, ASK], [actions, actions])
+    results, errors = caught.value.results, caught.value.errors
+    assert results[0] is None and "server error (500)" in errors[0]
+    assert results[1] is not None and results[1].best == "look" and errors[1] is None

@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message
+from crl.agent.llm.base import BackendRefused, BatchError, Completion, GenerationConfig, LLMError, Message
 from crl.agent.llm.scoring import ACTION_SEPARATOR, ActionDistribution, ActionScore, softmax_policy
 
 log = logging.getLogger(__name__)
@@ -249,6 +249,11 @@ class _Scored:
     prompt_tokens: int
 
 
+@dataclass(frozen=True)
+class _Failed:
+    reason: str
+
+
 class ServedScorer:
     """Scores candidate actions with a served model, by the first method the server offers.
 
@@ -289,13 +294,15 @@ class ServedScorer:
         Raises:
             LLMError: lengths differ or a candidate list is empty; a request failed; or no
                 method in `options.methods` is offered by the server for some state.
+            BatchError: some states' requests failed after the retries; it holds the
+                distributions of the others (None where a state failed) and each failure's reason.
         """
         if len(batch) != len(candidates):
             raise LLMError(f"{len(batch)} prompts but {len(candidates)} candidate lists; give one list per prompt")
         if any(not c for c in candidates):
             raise LLMError("a prompt has no candidate actions; pass the admissible actions")
         started = time.perf_counter()
-        done: dict[int, tuple[str, _Scored]] = {}
+        done: dict[int, tuple[str, _Scored | str]] = {}
         with self._lock:
             for method in self.options.methods:
                 todo = [i for i in range(len(batch)) if i not in done and _fits(method, candidates[i])]
@@ -317,13 +324,26 @@ class ServedScorer:
                 "which any chat server supports"
             )
         latency = time.perf_counter() - started
-        out = []
+        out: list[ActionDistribution | None] = []
+        errors: list[str | None] = []
         for i in range(len(batch)):
             method, scored = done[i]
+            if isinstance(scored, str):
+                out.append(None)
+                errors.append(scored)
+                continue
             self.decisions[method] += 1
             dist = softmax_policy(scored.scores, temperature, "mean")
             out.append(replace(dist, prompt_tokens=scored.prompt_tokens, latency_s=latency))
-        return out
+            errors.append(None)
+        failed = [e for e in errors if e is not None]
+        if failed:
+            if len(batch) == 1:
+                raise LLMError(failed[0])
+            raise BatchError(
+                f"{len(failed)} of {len(batch)} states could not be scored; the first: {failed[0]}", out, errors
+            )  # type: ignore[arg-type]
+        return out  # type: ignore[return-value]
 
     def _probe(self, method: ScoringMethod, messages: list[Message], actions: Sequence[str]) -> _Scored | None:
         try:
@@ -338,29 +358,50 @@ class ServedScorer:
 
     def _score_states(
         self, method: ScoringMethod, states: list[tuple[list[Message], Sequence[str]]], probing: bool = False
-    ) -> list[_Scored]:
-        """Every request of every state in one pool, then each state's scores from its answers."""
+    ) -> list[_Scored | str]:
+        """Every request of every state in one pool, then each state's scores from its answers.
+
+        Probing, a failed request is raised (`MethodUnavailable` when it says the method is not
+        offered); otherwise a state whose request failed after the retries gets the failure's
+        reason in place of its scores, and the other states keep theirs."""
         jobs_per_state = [self._jobs(method, messages, actions) for messages, actions in states]
         flat = [job for jobs in jobs_per_state for job in jobs]
-        try:
-            if len(flat) <= 1:
-                answers = [job() for job in flat]
-            else:
-                with ThreadPoolExecutor(min(self.server.concurrency, len(flat)), "served-scoring") as pool:
-                    answers = list(pool.map(lambda job: job(), flat))
-        except ServedEndpointError as exc:
-            if probing and exc.status in NOT_OFFERED_STATUSES:
-                raise MethodUnavailable(str(exc)) from None
-            raise
-        out, at = [], 0
+
+        def attempt(job: Callable[[], Any]) -> Any:
+            try:
+                return job()
+            except ServedEndpointError as exc:
+                if probing and exc.status in NOT_OFFERED_STATUSES:
+                    raise MethodUnavailable(str(exc)) from None
+                if probing:
+                    raise
+                return _Failed(str(exc))
+            except BackendRefused:
+                raise
+            except LLMError as exc:
+                if probing:
+                    raise
+                return _Failed(str(exc))
+
+        if len(flat) <= 1:
+            answers = [attempt(job) for job in flat]
+        else:
+            with ThreadPoolExecutor(min(self.server.concurrency, len(flat)), "served-scoring") as pool:
+                answers = list(pool.map(attempt, flat))
+        out: list[_Scored | str] = []
+        at = 0
         for (_, actions), jobs in zip(states, jobs_per_state):
             mine, at = answers[at : at + len(jobs)], at + len(jobs)
+            failure = next((a for a in mine if isinstance(a, _Failed)), None)
+            if failure is not None:
+                out.append(failure.reason)
+                continue
             try:
                 out.append(self._combine(method, actions, mine))
             except (ValueError, KeyError, TypeError) as exc:
                 if probing:
                     raise MethodUnavailable(str(exc)) from None
-                raise LLMError(f"{self.server.name}: {method} scoring failed: {exc}") from None
+                out.append(f"{self.server.name}: {method} scoring failed: {exc}")
         return out
 
     def _jobs(self, method: ScoringMethod, messages: list[Message], actions: Sequence[str]) -> list[Callable[[], Any]]:
