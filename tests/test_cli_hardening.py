@@ -420,3 +420,14 @@ def test_a_full_disk_mid_run_is_a_clear_error_and_the_run_resumes_after(tiny_dis
     episodes = RunStore(home / "runs").episodes(info.run_id)
     assert len([e for e in episodes if e.finished and not e.episode_id.endswith("-retry")]) == 40
     assert RunStore(home / "runs").load(info.run_id).status == "finished"
+
+
+def test_a_run_whose_every_episode_errored_exits_1_after_its_report(crl_home):
+    args = ["run", TASK, "-n", "1", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--policy", "llm"]
+    r = invoke(*args, "--no-memory", "--json", env={"CRL_LLM__MAX_RETRIES": "0"})
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    report = json.loads(r.output[r.output.index("{") : r.output.rindex("}") + 1])
+    assert report["episodes"] == 0 and report["errored"] == 2  # the episode and its one retry
+    assert "every episode ended in an error" in " ".join(r.output.split())
+    [info] = runs_in(crl_home)
+    assert info.status == "finished"

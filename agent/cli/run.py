@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from crl.agent.cli.common import (
     AdapterOpt,
@@ -85,6 +86,14 @@ def report_view(report: dict[str, Any], title: str):
     return pairs_table(rows, title)
 
 
+def exit_if_nothing_played(report: dict[str, Any]) -> None:
+    """Exit 1 (after the report) when every episode ended in an error, so a script sees the run failed."""
+    if report["episodes"] == 0 and report.get("errored"):
+        reasons = "; ".join(report.get("error_reasons", {}))
+        err.print(f"[bold red]error:[/] every episode ended in an error: {escape(reasons)}", highlight=False)
+        raise typer.Exit(1)
+
+
 @command(app)
 def run(
     task: str = typer.Argument(..., help="Task name, e.g. keyroom/key (see `crl tasks`)."),
@@ -163,6 +172,7 @@ def run(
         if not as_json:
             err.print(round_message(report["finetune_round"]))
     emit(report, as_json, lambda: report_view(report, f"crl run {task}"))
+    exit_if_nothing_played(report)
 
 
 @command(app, "eval")
@@ -210,3 +220,4 @@ def evaluate(
         result = crl.start_run(settings, task, episodes, fold=fold.value, kind="eval", progress=progress)
     report = result.report() | {"fold": fold.value}
     emit(report, as_json, lambda: report_view(report, f"crl eval {task} ({fold.value} fold)"))
+    exit_if_nothing_played(report)
