@@ -205,6 +205,8 @@ def _variant_name(variant: str) -> str:
 
 def _as_int(knob: str, value: int | str) -> int:
     try:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError
         return int(value)
     except (TypeError, ValueError):
         raise ValueError(f"{knob} must be an integer, got {value!r}") from None

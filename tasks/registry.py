@@ -9,6 +9,7 @@ one that fails to load is kept as a problem (`task_problems`) instead of breakin
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from crl.tasks.base import TaskError, TaskSpec, TextEnv
@@ -163,12 +164,16 @@ def parse_task_name(name: str) -> tuple[str, dict[str, int | float | str]]:
         key, sep, value = part.partition("=")
         if not sep or not key:
             raise ValueError(f"bad task parameter {part!r} in {name!r}; expected key=value")
+        if key in knobs:
+            raise ValueError(f"task parameter {key!r} is given twice in {name!r}")
         for cast in (int, float):
             try:
-                knobs[key] = cast(value)
-                break
+                number = cast(value)
             except ValueError:
                 continue
+            if math.isfinite(number):  # "1e400" and "nan" stay text: no knob takes them as numbers
+                knobs[key] = number
+                break
         else:
             knobs[key] = value
     return base, knobs

@@ -228,6 +228,8 @@ def _game(game: str) -> Game:
 
 def _as_int(knob: str, value: int | str) -> int:
     try:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError
         return int(value)
     except (TypeError, ValueError):
         raise ValueError(f"{knob} must be an integer, got {value!r}") from None

@@ -129,6 +129,10 @@ def test_an_unreachable_memory_server_is_refused_before_the_model_loads(crl_home
         ("keyroom/key?nope=3", ["nope"]),
         ("keyroom/key?n_rooms", ["n_rooms", "key=value"]),
         ("keyroom/nosuch", ["unknown task"]),
+        ("keyroom/key?n_rooms=1e400", ["n_rooms must be an integer"]),
+        ("keyroom/key?n_rooms=2.5", ["n_rooms must be an integer"]),
+        ("keyroom/key?n_rooms=3&n_rooms=4", ["given twice"]),
+        ("keyroom/key?n_rooms=99", ["out of range"]),
     ],
 )
 def test_a_bad_task_or_knob_is_refused_before_the_model_loads(crl_home, model_builds, task, words):
