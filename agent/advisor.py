@@ -18,6 +18,7 @@ from crl.memory.retrieval.episodic_control import (
 )
 from crl.memory.retrieval.rerank import ScoredMemory
 from crl.memory.retrieval.retriever import ContextPack, RetrievalQuery, Retriever
+from crl.memory.storage.outage import ServerUnavailable
 from crl.memory.trajectory import Episode
 from crl.prompts.budget import BudgetItem
 from crl.prompts.memory_text import CaseView, render_case, render_hint
@@ -82,8 +83,14 @@ class MemoryAdvisor:
         self.learn = learn
 
     def packs(self, queries: Sequence[RetrievalQuery]) -> list[ContextPack]:
-        """One retrieval for all running episodes."""
-        return self.retriever.retrieve(list(queries))
+        """One retrieval for all running episodes (nothing, while the memory server is unreachable)."""
+        available = getattr(self.bank, "available", None)
+        if available is None or available():
+            try:
+                return self.retriever.retrieve(list(queries))
+            except ServerUnavailable as e:
+                self.bank.server_failed(e)
+        return [ContextPack(self.retriever.query_text(q)) for q in queries]
 
     def prompt_items(self, pack: ContextPack) -> list[BudgetItem]:
         """The pack as ranked prompt items for the token budget (the mode decides which)."""

@@ -9,7 +9,13 @@
 Data layout under the memory directory: `journal.jsonl` (+ `.lock`), `chroma/` (the embedded
 view), `lock` (embedded-mode owner lock), `imports/` (copies of imported files, content
 addressed), `backups/`, `view_state.json` (how far the view has applied the journal) and
-`sync_state.json` (which run logs were already read; a cache, safe to delete).
+`sync_state.json` (which run logs were already read; a cache, safe to delete). Those of a
+namespace other than the home's first live in `namespaces/<namespace>/` (the Chroma folder and
+the owner lock stay shared: `memory.storage.namespaces`).
+
+In server mode a server that stops answering mid-run does not stop the run: episodes wait in
+a backlog (they are in their run log) and credit is journalled first, both stored when the
+server answers again (`memory.storage.outage`).
 
 Every change goes the same way: under the journal lock, catch up on entries other processes
 journalled but did not apply, append the new entries, apply them, advance the watermark.
@@ -24,6 +30,7 @@ import os
 import queue
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -55,12 +62,20 @@ from crl.memory.results import (
     SyncReport,
 )
 from crl.memory.storage.apply import ContentSource, Materializer, MissingContentError
-from crl.memory.storage.embeddings import CachedEmbedding, CacheStats, SentenceTransformerEmbedding, TextEmbedder
+from crl.memory.storage.embeddings import (  # SentenceTransformerEmbedding: tests patch its from_config here
+    CachedEmbedding,
+    CacheStats,
+    SentenceTransformerEmbedding,  # noqa: F401
+    TextEmbedder,
+    embedding_from_config,
+)
 from crl.memory.storage.episode_log import read_episodes
 from crl.memory.storage.journal import Journal, JournalEntry
 from crl.memory.storage.journal_state import JournalState
 from crl.memory.storage.keeper import ViewKeeper
 from crl.memory.storage.locks import StoreLock
+from crl.memory.storage.namespaces import belongs, namespace_dir, run_namespace
+from crl.memory.storage.outage import Outage, ServerUnavailable
 from crl.memory.storage.store import BUCKETS, ChromaView, Hit, connect
 from crl.memory.trajectory import Episode
 
@@ -92,7 +107,7 @@ class ExperienceBank(CurationMixin):
         memory_dir: where the journal, locks and (embedded mode) the Chroma view live.
         runs_dir: the runs directory (`<home>/runs`); ingest entries point into its logs.
         config: the `memory` settings; `config.url` selects server mode.
-        embedder: the embedding function (default: `SentenceTransformerEmbedding` from config);
+        embedder: the embedding function (default: `embeddings.embedding_from_config`);
             the bank embeds through a `CachedEmbedding` of it (`config.embedding_cache_size`).
         actor: who the journal says made changes (default `user@host`).
         rebuild_on_model_change: re-embed everything when the store was embedded with a
@@ -115,23 +130,33 @@ class ExperienceBank(CurationMixin):
         rebuild_on_model_change: bool = False,
     ):
         self.config = config or MemoryConfig()
-        self.dir = Path(memory_dir)
+        self.root = Path(memory_dir)
+        self.dir = namespace_dir(self.root, self.config.namespace)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.actor = actor or f"{getpass.getuser()}@{socket.gethostname()}"
-        self._lock = None if self.config.server_mode else StoreLock(self.dir, self.config.lock_timeout_s)
+        # one embedded Chroma folder holds every namespace of the home: the lock is on the home's memory
+        self._lock = None if self.config.server_mode else StoreLock(self.root, self.config.lock_timeout_s)
         self._client = None
         self._queue: queue.Queue | None = None
         self._worker: threading.Thread | None = None
         self._worker_errors: list[BaseException] = []
         self._closed = False
+        self.outage: Outage | None = None
+        self._backlog: list[tuple[Episode, str | None]] = []
+        self._backlog_lock = threading.RLock()
+        self.success_rates: dict[str, float] = {}  # last counted per family (`credit.family_success_rate`)
         try:
             self.journal = Journal(
                 self.dir / "journal.jsonl", self.config.fsync_journal, self.config.journal_lock_timeout_s
             )
-            model = embedder or SentenceTransformerEmbedding.from_config(self.config)
+            model = embedder or embedding_from_config(self.config)
             self.embedder: TextEmbedder = CachedEmbedding(model, self.config.embedding_cache_size)
-            self._client = connect(self.config, self.dir / "chroma")
+            self._client = connect(self.config, self.root / "chroma")
+            if self.config.server_mode:
+                self.outage = Outage(
+                    self._client.heartbeat, self.config.url, self.config.reconnect_base_s, self.config.reconnect_max_s
+                )
             self.view = ChromaView(self._client, model, self.config, self.journal.journal_id)
             self.content = ContentSource(self.runs_dir, self.dir)
             materializer = Materializer(self.view, model, self.content)
@@ -154,6 +179,29 @@ class ExperienceBank(CurationMixin):
     # ---- lifecycle ----------------------------------------------------------------------
 
     @property
+    def namespace(self) -> str:
+        """The namespace this bank reads and writes (`memory.namespace`); nothing crosses it."""
+        return self.config.namespace
+
+    @property
+    def primary(self) -> bool:
+        """Whether this is the home's first namespace (its files at the top of the memory directory)."""
+        return self.dir == self.root
+
+    def check_run(self, run_id: str) -> None:
+        """Refuse a run that learns into another namespace.
+
+        Raises:
+            ValueError: the run's `run.json` names another namespace.
+        """
+        recorded = run_namespace(self.runs_dir, run_id)
+        if recorded is not None and recorded != self.namespace:
+            raise ValueError(
+                f"run {run_id} belongs to memory namespace {recorded!r}, not {self.namespace!r}; "
+                f"pass --namespace {recorded} (or set CRL_MEMORY__NAMESPACE={recorded})"
+            )
+
+    @property
     def mode(self) -> str:
         """'embedded' or 'server <url>'."""
         return f"server {self.config.url}" if self.config.server_mode else "embedded"
@@ -171,11 +219,17 @@ class ExperienceBank(CurationMixin):
             self._lock.release()
 
     def close(self) -> None:
-        """Wait for queued episodes, then release the store. Raises `IngestError` if one failed."""
+        """Wait for queued episodes, then release the store. Raises `IngestError` if one failed.
+
+        Episodes still waiting for a server that went down are retried with backoff for
+        `memory.reconnect_wait_s`; what is still waiting then stays in the run logs (one
+        warning line says so) for the next `sync`.
+        """
         if self._closed:
             return
         try:
             self.flush()
+            self._settle_backlog()
         finally:
             self._closed = True
             if self._queue is not None:
@@ -189,6 +243,62 @@ class ExperienceBank(CurationMixin):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    # ---- a server that stops answering -----------------------------------------------------
+
+    @property
+    def backlog(self) -> int:
+        """Episodes logged but not yet stored because the server was unreachable."""
+        return len(self._backlog)
+
+    def available(self) -> bool:
+        """Whether the store answers now. While a server is down this tries it again only when the
+        backoff allows; when it answers, the backlog is stored first (in order)."""
+        if self.outage is None or not self.outage.down:
+            return True
+        with self._backlog_lock:
+            if not self.outage.probe():
+                return False
+            return self._drain()
+
+    def server_failed(self, exc: BaseException) -> None:
+        """Note that a call failed because the server is unreachable (the warning is printed once)."""
+        if self.outage is None:
+            raise exc
+        self.outage.failed(exc, pending="the episodes it misses")
+
+    def _drain(self) -> bool:
+        """Store the backlog in order; True when it is empty (False: the server went away again)."""
+        with self._backlog_lock:
+            stored = 0
+            while self._backlog:
+                episode, actor = self._backlog[0]
+                try:
+                    self._ingest_now(episode, actor)
+                except ServerUnavailable as e:
+                    self.server_failed(e)
+                    return False
+                self._backlog.pop(0)
+                stored += 1
+            if self.outage is not None:
+                self.outage.recovered(f"{stored} waiting episode(s)" if stored else "")
+            return True
+
+    def _settle_backlog(self) -> None:
+        if self.outage is None or (not self._backlog and not self.outage.down):
+            return
+        wait = self.config.reconnect_wait_s
+        deadline = time.monotonic() + wait
+        while self._backlog and self.outage.wait(max(0.0, deadline - time.monotonic())):
+            if self._drain() or time.monotonic() >= deadline:
+                break
+        if self._backlog:
+            runs = sorted({e.run_id for e, _ in self._backlog})
+            self.outage.say(
+                f"warning: {len(self._backlog)} episode(s) of run {', '.join(runs)} are in the run log but not yet in "
+                f"memory (the server {self.outage.url} is still unreachable after {wait:g}s of retries); "
+                "`crl memory sync` stores them"
+            )
 
     def _entry(self, op: str, ids: list[str], payload: dict[str, Any], actor: str | None) -> JournalEntry:
         return JournalEntry(op=op, ids=ids, payload=payload, actor=actor or self.actor)
@@ -206,11 +316,30 @@ class ExperienceBank(CurationMixin):
         """Store an episode and its steps with their tags; idempotent (only new steps are added).
 
         Novelty is computed against the bank before the insert. A finished episode that was
-        stored unfinished (a killed run, later resumed) is completed in place.
+        stored unfinished (a killed run, later resumed) is completed in place. While the memory
+        server is unreachable the episode waits in a backlog (it is in its run log) and is
+        stored, in order, when the server answers again; the result says it was deferred.
         """
         problem = family_problem(episode.family) or id_problem("episode id", episode.episode_id)
         if problem:
             raise ValueError(f"episode {episode.episode_id!r} cannot be stored: {problem}")
+        rid = episode_record_id(episode.family, episode.episode_id)
+        self.check_run(episode.run_id)
+        if self.outage is None:
+            return self._ingest_now(episode, actor)
+        with self._backlog_lock:
+            if self._backlog or self.outage.down:
+                if not self.available():
+                    self._backlog.append((episode, actor))
+                    return IngestResult(rid, 0, "deferred: the memory server is unreachable")
+            try:
+                return self._ingest_now(episode, actor)
+            except ServerUnavailable as e:
+                self.server_failed(e)
+                self._backlog.append((episode, actor))
+                return IngestResult(rid, 0, "deferred: the memory server is unreachable")
+
+    def _ingest_now(self, episode: Episode, actor: str | None) -> IngestResult:
         rid = episode_record_id(episode.family, episode.episode_id)
         if not episode.steps and not episode.finished:
             return IngestResult(rid, 0, "no steps yet")
@@ -296,6 +425,8 @@ class ExperienceBank(CurationMixin):
         logs: dict[str, list[int]] = dict(cache.get("logs", {}))
         total = SyncReport()
         for log in sorted(runs.glob("*/episodes.jsonl")):
+            if not belongs(runs, log.parent.name, self.namespace, self.primary):
+                continue
             st = log.stat()
             key, sig = str(log.resolve()), [st.st_size, st.st_mtime_ns]
             if logs.get(key) == sig:

@@ -7,8 +7,10 @@ A mixin: it uses the bank's `view`, `keeper`, `journal`, `config`, `resolve` and
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -31,8 +33,9 @@ from crl.memory.records import (
     rule_record_id,
 )
 from crl.memory.results import ImportReport, RebuildReport, parse_time
+from crl.memory.storage.outage import ServerUnavailable
 from crl.memory.storage.store import BUCKETS, Hit
-from crl.memory.storage.transfer import read_import, write_export
+from crl.memory.storage.transfer import MAX_REPORTED_ERRORS, ImportValidationError, read_import, write_export
 
 
 def _rule_trace(delta: float, provenance: Sequence[str], reflection: str | None) -> dict:
@@ -187,12 +190,23 @@ class CurationMixin:
 
     def write_once(self, entries: Sequence[tuple[str, list[str], dict[str, Any]] | None], actor: str | None) -> int:
         """Journal and apply (op, ids, payload) entries under one lock, leaving out None and
-        those whose `once` key an effective entry already has; returns how many were written."""
+        those whose `once` key an effective entry already has; returns how many were written.
+
+        While the memory server is unreachable the entries are only journalled; the first
+        catch-up after it answers again applies them (so no credit update is lost)."""
         wanted = [e for e in entries if e is not None]
         if not wanted:
             return 0
         with self.journal.locked():
-            self.keeper.catch_up()
+            reachable = True
+            try:
+                self.keeper.catch_up()
+            except ServerUnavailable as e:
+                # journal first: the entries are kept (the journal is a local file) and applied to the
+                # view by the next catch-up once the server answers; replay applies them in order
+                self.server_failed(e)
+                self.keeper.refresh()
+                reachable = False
             seen = self._once_keys() if any("once" in p for _, _, p in wanted) else set()
             fresh = []
             for op, ids, payload in wanted:
@@ -201,8 +215,14 @@ class CurationMixin:
                     continue
                 seen.add(key)
                 fresh.append(self._entry(op, ids, payload, actor))
-            if fresh:
-                self.keeper.commit(fresh)
+            if fresh and reachable:
+                try:
+                    self.keeper.commit(fresh)
+                except ServerUnavailable as e:
+                    self.server_failed(e)  # journalled: the next catch-up applies what is missing
+            elif fresh:
+                self.journal.append(fresh)
+                self.keeper.refresh()
         return len(fresh)
 
     def plan_eviction(self, family: str | None = None) -> list[EvictionCandidate]:
@@ -238,7 +258,8 @@ class CurationMixin:
         kinds: Sequence[str] = KINDS,
         include_quarantine: bool = True,
     ) -> int:
-        """Write records to a JSONL file (lossless: `import_file` restores them); returns the count."""
+        """Write this namespace's records to a JSONL file (lossless: `import_file` restores them), each
+        labelled with the namespace; returns the count."""
         buckets = BUCKETS if include_quarantine else ("ok", "fail")
         records: list[AnyRecord] = []
         for kind in kinds:
@@ -249,19 +270,30 @@ class CurationMixin:
                     (family and record.family != family) or (not include_quarantine and record.tier == "quarantine")
                 ):
                     continue
-                records.append(record)
+                records.append(record.model_copy(update={"namespace": self.namespace}))
         return write_export(path, records)
 
-    def import_file(self, path: str | Path, actor: str | None = None) -> ImportReport:
+    def import_file(
+        self, path: str | Path, actor: str | None = None, *, from_namespace: str | None = None
+    ) -> ImportReport:
         """Validate a JSONL export and add its records, untrusted: each waits in quarantine, unverified,
         for `review` (the report counts them). A record this bank made itself (from a run log or a
-        synthesis) is never replaced (`kept_existing`); earlier imports of the same ids are.
+        synthesis) is never replaced (`kept_existing`); earlier imports of the same ids are. Records
+        labelled with another namespace are refused (unlabelled ones, older exports, join this one)
+        unless that namespace is `from_namespace`: a deliberate copy, relabelled to this namespace.
 
         Raises:
             ImportValidationError: a line is bad; it lists line numbers, and nothing is written.
         """
         path = Path(path)
         records = read_import(path, self.config.max_import_line_bytes, self.config.max_field_chars)
+        source = path
+        foreign = sorted({r.namespace for r in records if r.namespace not in (None, self.namespace)})
+        if foreign and foreign != [from_namespace]:
+            self._refuse_foreign(path, records, foreign)
+        if foreign:
+            records = [r.model_copy(update={"namespace": self.namespace}) for r in records]
+            path = self._relabelled(records)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:24]
         stored = Path("imports") / f"{digest}.jsonl"
         if stored.as_posix() in self.state.dropped_imports:
@@ -294,8 +326,10 @@ class CurationMixin:
                 "trust": "pending",
             }
             self.keeper.commit([self._entry("import", ids, payload, actor)])
+        if path != source:
+            path.unlink(missing_ok=True)
         return ImportReport(
-            path=str(path),
+            path=str(source),
             stored_as=str(self.dir / stored),
             episodes=len(episodes),
             steps=sum(1 for r in records if isinstance(r, StepRecord)),
@@ -303,6 +337,33 @@ class CurationMixin:
             pending_review=len(ids),
             kept_existing=kept,
         )
+
+    def _refuse_foreign(self, path: Path, records: list[AnyRecord], foreign: list[str]) -> None:
+        """Refuse an import whose records belong to another namespace, naming their lines."""
+        hint = (
+            f"an import keeps its namespace: import it with --namespace {foreign[0]}, "
+            f"or copy it here with --from-namespace {foreign[0]}"
+        )
+        lines: list[tuple[int, str]] = []
+        wanted = {r.id for r in records if r.namespace in foreign}
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(data, dict) and data.get("id") in wanted:
+                    lines.append(
+                        (n, f"record of memory namespace {data.get('namespace')!r}, not {self.namespace!r}; {hint}")
+                    )
+        raise ImportValidationError(path, lines[:MAX_REPORTED_ERRORS], len(lines))
+
+    def _relabelled(self, records: list[AnyRecord]) -> Path:
+        """A temporary export file of `records` (relabelled to this namespace) to import from."""
+        (self.dir / "imports").mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / "imports" / f"relabelled-{os.getpid()}-{threading.get_ident()}.part"
+        write_export(tmp, records)
+        return tmp
 
     def review_queue(self) -> list[AnyRecord]:
         """Records waiting for a curator (imports), oldest first: episodes, rules, and steps whose

@@ -120,7 +120,10 @@ class MemoryConfig(BaseModel):
     )
     namespace: str = Field(
         "crl",
-        description="Prefix of every collection name, so several banks can share one Chroma server.",
+        description="The memory namespace (a user, team or project) commands read and write: its records live in "
+        "collections named `<namespace>-...`, its journal in the memory directory (the home's first namespace) or "
+        "in memory/namespaces/<namespace>/. Nothing is retrieved, reflected on, stitched, trained on or exported "
+        "across namespaces. `--namespace` on any command; CRL_MEMORY__NAMESPACE in the environment.",
     )
     embedding_model: str = Field(
         DEFAULT_EMBEDDING_MODEL,
@@ -175,6 +178,16 @@ class MemoryConfig(BaseModel):
     hnsw_ef_search: int = Field(100, ge=10, description="HNSW search breadth: higher is slower and more exact.")
     hnsw_ef_construction: int = Field(100, ge=10, description="HNSW build breadth.")
     hnsw_max_neighbors: int = Field(16, ge=4, description="HNSW graph degree (M).")
+    reconnect_base_s: float = Field(
+        0.5, gt=0, description="First retry delay after the memory server stopped answering mid-run (it doubles)."
+    )
+    reconnect_max_s: float = Field(30.0, gt=0, description="Longest delay between retries of a server that is down.")
+    reconnect_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long the end of a run keeps retrying a server that is down before it leaves the episodes "
+        "it could not store to the next `crl memory sync` (they are in the run log; nothing is lost).",
+    )
     lock_timeout_s: float = Field(
         1.0, gt=0, description="How long to wait for another process to release an embedded store."
     )
@@ -198,8 +211,8 @@ class MemoryConfig(BaseModel):
     @field_validator("namespace")
     @classmethod
     def _check_namespace(cls, ns: str) -> str:
-        if not ns or not ns.isalnum():
-            raise ValueError(f"memory namespace {ns!r} must be letters and digits only")
+        if not ns or not ns.isascii() or not ns.isalnum() or len(ns) > 64:
+            raise ValueError(f"memory namespace {ns!r} must be 1 to 64 letters and digits only (a-z, A-Z, 0-9)")
         return ns
 
     @property

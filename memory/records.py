@@ -191,6 +191,12 @@ class _Record(BaseModel):
         description="pending: an import waiting for `crl memory review` (kept in quarantine until then); "
         "accepted or rejected: the curator's decision. None: never needed review.",
     )
+    namespace: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9]{1,64}$",
+        description="The memory namespace an exported record came from (in export files only: in the bank a "
+        "record's namespace is the set of collections it lives in, `memory.storage.namespaces`).",
+    )
 
     @property
     def effective_uses(self) -> float:

@@ -327,7 +327,7 @@ def test_server_mode_through_memory_url(home, tmp_path, chroma_server, monkeypat
 
     owner = crl.agent.app.open_bank(load_settings({"home": fresh}))  # its embedded store stays locked: no matter
     try:
-        on_server("import", dump)
+        on_server("import", dump, "--from-namespace", "crl")  # the export's namespace, copied into this one
         assert len(as_json(on_server("ls", "--json"))) == 5
         s = as_json(on_server("stats", "--json"))
         assert s["mode"] == f"server {chroma_server.url}" and s["episodes"] == 5

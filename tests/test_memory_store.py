@@ -236,7 +236,7 @@ def test_export_import_round_trip_is_lossless(open_bank, tmp_path):
     first = tmp_path / "a.jsonl"
     assert bank.export(first) == 3 + 12 + 1
     other = open_bank(memory_dir=tmp_path / "memory2", runs_dir=tmp_path / "none", namespace=open_bank.namespace + "b")
-    report = other.import_file(first)
+    report = other.import_file(first, from_namespace=open_bank.namespace)  # a deliberate copy across namespaces
     assert (report.episodes, report.steps, report.rules) == (3, 12, 1)
     assert {r.id for r in other.review_queue()} == {f"ep:keyroom:r1-000{i}" for i in range(3)} | {rule_id}
     other.review(["r1-0000", "r1-0001", rule_id], "accept")

@@ -43,7 +43,7 @@ out = Console()
 err = Console(stderr=True)
 guard_logging()
 
-STATE: dict[str, Any] = {"config": None, "home": None}
+STATE: dict[str, Any] = {"config": None, "home": None, "namespace": None}
 
 FIXABLE = (
     BankError,
@@ -97,6 +97,11 @@ def value(choice: Enum | None) -> str | None:
 def global_options(
     config: Path | None = typer.Option(None, "--config", help="TOML config file (default ./crl.toml)."),
     home: Path | None = typer.Option(None, "--home", help="Data directory (default ./.crl, or $CRL_HOME)."),
+    namespace: str | None = typer.Option(
+        None,
+        "--namespace",
+        help="Memory namespace (a user, team or project) to read and write (default crl, or $CRL_MEMORY__NAMESPACE).",
+    ),
     verbose: int = typer.Option(
         0, "--verbose", "-v", count=True, show_default=False, help="Log more: -v info, -vv debug."
     ),
@@ -107,6 +112,7 @@ def global_options(
     """Global options shared by every command."""
     STATE["config"] = config
     STATE["home"] = home
+    STATE["namespace"] = namespace
     configure_logging(verbose, value(log_level))
 
 
@@ -134,6 +140,8 @@ def overrides(**flags: Any) -> dict[str, Any]:
     nested: dict[str, Any] = {}
     if STATE["home"] is not None:
         nested["home"] = STATE["home"]
+    if STATE.get("namespace") is not None:
+        nested["memory"] = {"namespace": STATE["namespace"]}
     for dotted, given in flags.items():
         if given is None:
             continue

@@ -253,6 +253,9 @@ def export(
 @command("import")
 def import_(
     path: Path = typer.Argument(..., help="A JSONL file written by `crl memory export`."),
+    from_namespace: str | None = typer.Option(
+        None, "--from-namespace", help="Copy records exported from this other namespace into this one (deliberately)."
+    ),
     memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -264,7 +267,7 @@ def import_(
     if not path.is_file():
         raise FileNotFoundError(f"no file {path}")
     with open_bank(memory_url) as bank:
-        report = bank.import_file(path)
+        report = bank.import_file(path, from_namespace=from_namespace)
     kept = report.kept_existing
     emit(
         asdict(report),

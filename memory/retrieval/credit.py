@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from crl.memory.records import parse_record_id
+from crl.memory.storage.outage import ServerUnavailable
 
 
 @dataclass
@@ -48,10 +49,22 @@ class CreditReport:
 
 
 def family_success_rate(bank, family: str) -> float:
-    """Laplace-smoothed share of the family's stored (non-quarantined) episodes that succeeded."""
-    wins = bank.view.count("episode", family, ("ok",))
-    rest = bank.view.count("episode", family, ("fail",))
-    return (wins + 1) / (wins + rest + 2)
+    """Laplace-smoothed share of the family's stored (non-quarantined) episodes that succeeded.
+
+    While the memory server is unreachable: the rate last counted in this process (1/2 when
+    none was), so credit can still be journalled (the journal records the target it used).
+    """
+    rates = getattr(bank, "success_rates", None)
+    try:
+        wins = bank.view.count("episode", family, ("ok",))
+        rest = bank.view.count("episode", family, ("fail",))
+    except ServerUnavailable as e:
+        bank.server_failed(e)
+        return rates.get(family, 0.5) if rates is not None else 0.5
+    rate = (wins + 1) / (wins + rest + 2)
+    if rates is not None:
+        rates[family] = rate
+    return rate
 
 
 def credit_target(success: bool, baseline: float) -> float:

@@ -191,6 +191,8 @@ def paired_credit_runs(
         log = folder / "episodes.jsonl"
         if not log.is_file():
             raise FileNotFoundError(f"no run log {log}; give a run id under {bank.runs_dir} or a run folder")
+        if folder.parent == bank.runs_dir:
+            bank.check_run(folder.name)  # a run of another namespace credits nothing here
         return read_episodes(log)
 
     return paired_credit(bank, episodes(with_run), episodes(without_run), actor=actor)

@@ -394,3 +394,23 @@ class HashingEmbedding(EmbeddingFunction[Documents]):
 
     def supported_spaces(self) -> list[str]:
         return ["cosine"]
+
+
+HASHING_PREFIX = "hashing"
+
+
+def embedding_from_config(config: MemoryConfig) -> SentenceTransformerEmbedding | HashingEmbedding:
+    """The embedding function `config.embedding_model` names: a sentence-transformers model, or
+    `hashing` / `hashing:DIM`, the hashing embedding (no model to load: for tests and benchmarks of
+    the store, such as many writers on one server; retrieval quality is a bag of words').
+
+    Raises:
+        ValueError: a `hashing:DIM` whose DIM is not a whole number from 8 to 4096.
+    """
+    name = config.embedding_model
+    if name == HASHING_PREFIX or name.startswith(HASHING_PREFIX + ":"):
+        _, _, dim = name.partition(":")
+        if dim and not (dim.isdigit() and 8 <= int(dim) <= 4096):
+            raise ValueError(f"memory.embedding_model {name!r}: hashing:DIM needs DIM from 8 to 4096")
+        return HashingEmbedding(int(dim) if dim else 64)
+    return SentenceTransformerEmbedding.from_config(config)

@@ -161,7 +161,8 @@ def _own_function_name(embedder: Any) -> str | None:
 def connect(config: MemoryConfig, chroma_dir: Path):
     """A Chroma client: HttpClient in server mode, else PersistentClient on `chroma_dir`.
 
-    Telemetry is off either way.
+    Telemetry is off either way. A server client raises `outage.ServerUnavailable` (one line)
+    when the server stops answering, instead of httpx's own errors.
     """
     import chromadb
     from chromadb.config import Settings
@@ -175,7 +176,12 @@ def connect(config: MemoryConfig, chroma_dir: Path):
     port = parsed.port or (443 if ssl else 8000)
     headers = config.resolved_headers()
     try:
-        client = chromadb.HttpClient(host=parsed.hostname, port=port, ssl=ssl, headers=headers, settings=settings)
+        from crl.memory.storage.outage import guard
+
+        client = guard(
+            chromadb.HttpClient(host=parsed.hostname, port=port, ssl=ssl, headers=headers, settings=settings),
+            config.url,
+        )
         client.heartbeat()
     except Exception as e:
         raise StoreError(
@@ -324,8 +330,22 @@ class ChromaView:
         for start in range(0, n, self.batch):
             yield slice(start, min(n, start + self.batch))
 
+    def own(self, record: AnyRecord) -> AnyRecord:
+        """`record` as this namespace stores it (no namespace label: its collections say it).
+
+        Raises:
+            StoreError: the record is labelled with another namespace (it may never be written here).
+        """
+        label = getattr(record, "namespace", None)
+        if label is None:
+            return record
+        if label != self.ns:
+            raise StoreError(f"record {record.id} belongs to memory namespace {label!r}, not {self.ns!r}")
+        return record.model_copy(update={"namespace": None})
+
     def put(self, records: list[AnyRecord], embeddings: np.ndarray, jseq: int | None) -> None:
         """Upsert records with their embeddings (row i belongs to record i)."""
+        records = [self.own(r) for r in records]
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(records):
             groups.setdefault(self.name_of(r.kind, r.family, bucket_of(r)), []).append(i)
@@ -348,6 +368,7 @@ class ChromaView:
         """Write changed records; a record whose bucket changed moves with its embedding."""
         in_place: dict[str, list[AnyRecord]] = {}
         moves: list[tuple[Located, AnyRecord]] = []
+        changes = [(loc, self.own(new)) for loc, new in changes]
         for loc, new in changes:
             target = self.name_of(new.kind, new.family, bucket_of(new))
             if target == loc.collection:
