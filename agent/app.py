@@ -289,6 +289,11 @@ def resume_run(
     settings the run started with. The bank is opened (and its lock taken) before the model loads."""
     store = find_run(run_stores(settings), run_id)
     info = store.load(run_id)
+    started_in = ((info.settings or {}).get("memory") or {}).get("namespace")
+    if started_in and started_in != settings.memory.namespace:
+        raise ValueError(
+            f"run {run_id} learns into memory namespace {started_in!r}: resume it with --namespace {started_in}"
+        )
     settings = _as_started(settings, info)
     if model is None and info.adapter and not settings.llm.adapter:
         settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"adapter": info.adapter})})
