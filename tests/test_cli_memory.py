@@ -328,6 +328,8 @@ def test_server_mode_through_memory_url(home, tmp_path, chroma_server, monkeypat
     owner = crl.agent.app.open_bank(load_settings({"home": fresh}))  # its embedded store stays locked: no matter
     try:
         on_server("import", dump, "--from-namespace", "crl")  # the export's namespace, copied into this one
+        queued = as_json(on_server("review", "--json"))  # an import waits for review
+        on_server("review", *[arg for q in queued for arg in ("--accept", q["id"])])
         assert len(as_json(on_server("ls", "--json"))) == 5
         s = as_json(on_server("stats", "--json"))
         assert s["mode"] == f"server {chroma_server.url}" and s["episodes"] == 5
