@@ -245,6 +245,10 @@ def test_map_projects_the_stored_embeddings(client):
     assert (m["total"], m["sampled"], m["color"]) == (5, 5, "family")
     assert {p["outcome"] for p in m["points"]} == {"success", "failure"}
     assert len({(p["x"], p["y"]) for p in m["points"]}) == 5 and 0 < sum(m["explained"]) <= 1.0 + 1e-6
+    rid = m["points"][0]["id"]
+    ok(client.post("/api/memories/actions", json={"action": "quarantine", "ids": [rid]}))
+    again = ok(client.get("/api/map", params={"color": "tier"}))
+    assert {p["id"]: p["tier"] for p in again["points"]}[rid] == "quarantine"  # the map follows the bank
     sampled = ok(client.get("/api/map", params={"kind": "step", "limit": 3, "seed": 1}))
     assert sampled["sampled"] == 3 and sampled["total"] > 3
     refused(client.get("/api/map", params={"limit": 0}), 422, "limit")
@@ -454,5 +458,5 @@ def test_listings_follow_the_journal_without_scanning_again(client):
             kind = f.get("kind", "episode")
             listed = [r.id for r in view.bank.ls(kind, **{k: v for k, v in f.items() if k != "kind"}, sort=SORTS[sort])]
             assert shown == listed, (f, sort)
-    assert view.listings.scans == scans + 2  # only the step listings scan again (an episode's steps move with it)
+    assert view.listings.scans == scans + 1  # only the steps are read again (an episode's steps move with it)
     assert len(episodes(client, tier="golden")) == 2 and len(episodes(client, tag="keep")) == 2

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from crl.agent.cli.common import MemoryUrlOpt, command, effective_settings, err, overrides, say
 
@@ -41,12 +42,13 @@ def studio(
     required_token(host, token)
     folders = list(results) if results else [p for p in DEFAULT_RESULTS if p.is_dir()]
     served = Studio(settings, results=folders)
+    served.warm_up()
     for warning in served.bank.warnings:
-        err.print(f"[yellow]note:[/] {warning}", highlight=False)
+        err.print(f"[yellow]note:[/] {escape(warning)}", highlight=False)
     about = served.about()
     shown_host = f"[{host}]" if ":" in host else host
     url = f"http://{shown_host}:{port}/" + (f"?token={token}" if token else "")
     say(f"crl studio on {url}  ({about['mode']}, namespace {about['namespace']}; Ctrl-C stops it)")
     if about["holds_lock"]:
-        err.print(f"[yellow]note:[/] {about['lock_note']}", highlight=False, markup=False)
+        err.print(f"[yellow]note:[/] {escape(about['lock_note'])}", highlight=False)
     uvicorn.run(create_app(served, host=host, token=token), host=host, port=port, log_level="warning")

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import adapters_view, runs_view
-from .bank_map import COLOURS, MAX_POINTS, bank_map
+from .bank_map import COLOURS, MAX_POINTS
 from .memory_view import MAX_PER_PAGE, RECORD_ACTIONS, RULE_ACTIONS, RecordFilter
 from .studio import Studio
 
@@ -206,10 +206,7 @@ def memory_map(
     seed: int = 0,
 ) -> dict[str, Any]:
     """The filtered records projected to 2-D by PCA of their stored embeddings (sampled above `limit`)."""
-    records = s.memory.listing(flt, "recent")
-    with s.memory.lock:
-        data = bank_map(s.bank, records, limit, seed)
-    return data | {"color": color}
+    return s.memory.bank_map(flt, limit, seed) | {"color": color}
 
 
 # ---- rules -------------------------------------------------------------------------------

@@ -82,6 +82,7 @@ class MemoryView:
         self.max_rule_chars = max_rule_chars
         self.lock = threading.RLock()
         self.listings = Listings(bank, STUDIO_ACTOR)
+        self._maps: dict[tuple, tuple[list[AnyRecord], dict[str, Any]]] = {}
 
     # ---- reading -----------------------------------------------------------------------
 
@@ -92,6 +93,23 @@ class MemoryView:
             raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
         with self.lock:
             return self.listings.get(flt, SORTS[sort])
+
+    def bank_map(self, flt: RecordFilter, limit: int, seed: int = 0) -> dict[str, Any]:
+        """The PCA map of the records matching `flt` (see `bank_map`), kept until the listing changes."""
+        from .bank_map import bank_map
+
+        with self.lock:
+            records = self.listing(flt, "recent")
+            key = (flt, limit, seed)
+            cached = self._maps.get(key)
+            if cached is not None and cached[0] is records:
+                return cached[1]
+            data = bank_map(self.bank, records, limit, seed)
+            self._maps = {k: v for k, v in self._maps.items() if k[0] != flt or v[0] is records}
+            self._maps[key] = (records, data)
+            while len(self._maps) > 8:
+                self._maps.pop(next(iter(self._maps)))
+            return data
 
     def page(self, flt: RecordFilter, sort: str, page: int, per_page: int) -> dict[str, Any]:
         """One page of a listing: its rows, the total and the page count."""

@@ -3,8 +3,10 @@ lock with it), the run stores, the adapter registry and the experiment results f
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,20 @@ class Studio:
             "actor": STUDIO_ACTOR,
             "results": [str(r) for r in self.results],
         }
+
+    def warm_up(self) -> threading.Thread:
+        """Scan the episodes in the background (a large bank takes seconds), so the first page is quick."""
+        from .memory_view import RecordFilter
+
+        def scan() -> None:
+            try:
+                self.memory.listing(RecordFilter(), "recent")
+            except Exception as exc:  # the first page asks again and shows the error
+                logging.getLogger(__name__).warning("warming up the memory listing failed: %s", exc)
+
+        thread = threading.Thread(target=scan, name="studio-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def quarantined(self) -> set[str]:
         """Record ids now quarantined (to flag adapters trained on them), as `crl adapters ls` computes them."""
