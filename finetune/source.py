@@ -21,7 +21,7 @@ import numpy as np
 
 from crl.finetune.config import FinetuneConfig
 from crl.finetune.prompt_replay import PromptShape, load_prompt_shape
-from crl.memory.records import EpisodeRecord, step_record_id
+from crl.memory.records import EpisodeRecord, counts_as_success, step_record_id
 from crl.memory.trajectory import Step
 
 
@@ -55,15 +55,19 @@ class SourceEpisode:
 
 
 def exclusion_reason(record: EpisodeRecord, config: FinetuneConfig) -> str | None:
-    """Why an episode may not be trained on at all, or None when it may."""
+    """Why an episode may not be trained on at all, or None when it may. A success counts only
+    when the environment (or a replay) verified it, or a curator accepted it (golden, or the
+    accepted tag): an imported or synthetic record that merely claims success is never taught."""
     if record.tier == "quarantine":
         return "quarantined"
     if record.outcome == "unfinished":
         return "unfinished"
+    curated = record.tier == "golden" or config.accepted_tag in record.tags
+    if record.success and not (counts_as_success(record) or curated):
+        return "unverified-success"
     if record.source == "synthetic":
         if config.synthetic == "none":
             return "synthetic"
-        curated = record.tier == "golden" or config.accepted_tag in record.tags
         if config.synthetic == "curated" and not curated:
             return "synthetic-not-accepted"
         if config.synthetic == "accepted" and not (curated or replay_validated(record)):

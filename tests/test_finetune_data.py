@@ -208,6 +208,16 @@ def test_synthetic_episodes_need_acceptance(bank):
     assert exclusion_reason(record, CONFIG.model_copy(update={"synthetic": "none"})) == "synthetic"
 
 
+def test_a_success_nobody_verified_is_never_taught(bank):
+    real = bank.ls(kind="episode", outcome="success")[0]
+    assert real.verified and exclusion_reason(real, CONFIG) is None
+    claimed = real.model_copy(update={"verified": False, "verified_by": None})
+    assert exclusion_reason(claimed, CONFIG) == "unverified-success"
+    assert exclusion_reason(claimed.model_copy(update={"tier": "golden"}), CONFIG) is None, "a curator vouched"
+    failed = bank.ls(kind="episode", outcome="failure")[0].model_copy(update={"verified": False})
+    assert exclusion_reason(failed, CONFIG) is None, "an unverified failure claims nothing"
+
+
 # ---- DPO ------------------------------------------------------------------------------------
 
 

@@ -66,12 +66,12 @@ def test_every_call_is_a_step_and_bad_calls_come_back_as_observations(tmp_path):
     assert episode.success and episode.status == "done"
     # What the model read after each call: the result, or the reason the call failed.
     prompts = [_user(c) for c in model.calls]
-    assert '> calculator {"expression": "17*23"}\n391' in prompts[1]
+    assert '> calculator {"expression": "17*23"}\nResult: 391' in prompts[1]
     assert "calculator was not called: argument 'expression': 17 is not of type 'string'" in prompts[2]
     assert "explode failed: RuntimeError: exploded: testing" in prompts[3]
     assert "there is no tool 'search'; the tools are: calculator, explode, final_answer" in prompts[4]
     system = model.calls[0].batch[0][0]["content"]
-    assert "- calculator: Evaluate an arithmetic expression." in system and "Action: final_answer" in system
+    assert "- calculator: Evaluate an arithmetic expression." in system and "Action: calculator {...}" in system
     assert all(s.extra.prompt.messages for s in steps), "tool prompts are logged whole (replay cannot rebuild them)"
     assert result.info.tools["mode"] == "react"
     assert [d["function"]["name"] for d in result.info.tools["definitions"]] == [
@@ -106,7 +106,7 @@ def test_a_resumed_run_does_not_call_a_tool_again(tmp_path):
     assert tool_fixtures.CALLS == ["17*23"], "the logged call was replayed, not run again"
     [episode] = result.episodes
     assert episode.success and [s.extra.tool.status for s in episode.steps] == ["ok", "answer"]
-    assert '> calculator {"expression": "17*23"}\n391' in _user(second.calls[0])
+    assert '> calculator {"expression": "17*23"}\nResult: 391' in _user(second.calls[0])
 
 
 def test_react_sft_rows_teach_the_calls_of_successful_episodes(tmp_path):
