@@ -240,6 +240,16 @@ def test_curation_is_journalled_as_a_studio_edit_and_seen_by_the_cli(client):
     assert items[-1]["actor"] == STUDIO_ACTOR and items[-1]["payload"] == {"tier": "quarantine"}
 
 
+def test_the_api_offers_exactly_the_curation_actions_of_the_library_side():
+    from typing import get_args
+
+    from crl.agent.studio.api import RecordAction, RuleAction
+    from crl.agent.studio.memory_view import RECORD_ACTIONS, RULE_ACTIONS
+
+    assert get_args(RecordAction.model_fields["action"].annotation) == RECORD_ACTIONS
+    assert get_args(RuleAction.model_fields["action"].annotation) == RULE_ACTIONS
+
+
 def test_map_projects_the_stored_embeddings(client):
     m = ok(client.get("/api/map", params={"color": "family"}))
     assert (m["total"], m["sampled"], m["color"]) == (5, 5, "family")
@@ -393,6 +403,28 @@ def test_beyond_loopback_a_token_is_required_and_checked(studio_home):
         assert "2 episode(s)" in c.get("/memories?outcome=success").text
         c.cookies.delete(TOKEN_COOKIE)
         refused(c.get("/api/runs"), 401, "needs its token")
+
+
+def test_the_cli_serves_the_studio_on_the_address_given(studio_home, monkeypatch):
+    import uvicorn
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, log_level: served.append((app, host, port)))
+    r = invoke("studio", "--port", 8799, "--results", studio_home.parent / "results")
+    said = " ".join(r.output.split())
+    assert r.exit_code == 0 and "crl studio on http://127.0.0.1:8799/ (embedded, namespace crl" in said
+    assert "holds the lock" in said
+    app, host, port = served.pop()
+    assert (host, port) == ("127.0.0.1", 8799)
+    with TestClient(app, base_url=LOOPBACK) as c:
+        assert [e["name"] for e in ok(c.get("/api/experiments"))] == ["keyroom-key"]
+    monkeypatch.setenv("CRL_STUDIO_TOKEN", "t0ken")
+    r = invoke("studio", "--host", "0.0.0.0")
+    assert r.exit_code == 0 and "http://0.0.0.0:8750/?token=t0ken" in r.output
+    app, host, _ = served.pop()
+    with TestClient(app, base_url="http://box.lan:8750") as c:
+        assert c.get("/api/status").status_code == 401
+        assert c.get("/api/status", headers={"Authorization": "Bearer t0ken"}).status_code == 200
 
 
 def test_the_cli_refuses_a_public_bind_without_a_token(studio_home):

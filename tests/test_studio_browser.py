@@ -98,6 +98,7 @@ def browser_page(tmp_path):
             context.close()
 
 
+@pytest.mark.slow
 def test_filter_open_an_episode_follow_a_memory_and_quarantine_it(studio_home, browser_page, shots):
     page, errors = browser_page
     settings = load_settings({"home": str(studio_home)})

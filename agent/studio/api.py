@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import adapters_view, runs_view
 from .bank_map import COLOURS, MAX_POINTS
-from .memory_view import MAX_PER_PAGE, RECORD_ACTIONS, RULE_ACTIONS, RecordFilter
+from .memory_view import MAX_PER_PAGE, RecordFilter
 from .studio import Studio
 
 MAX_IDS = 1000
@@ -70,9 +70,6 @@ class RuleEdit(Strict):
 class Rollback(Strict):
     base_model: str = Field(min_length=1)
 
-
-assert set(RecordAction.model_fields["action"].annotation.__args__) == set(RECORD_ACTIONS)
-assert set(RuleAction.model_fields["action"].annotation.__args__) == set(RULE_ACTIONS)
 
 router = APIRouter(prefix="/api")
 S = Annotated[Studio, Depends(studio)]
