@@ -114,6 +114,35 @@ def test_runs_list_detail_curve_progress_and_episode(client):
     refused(client.get("/api/runs", params={"colour": "red"}), 400, "unknown query parameter(s) colour")
 
 
+def test_a_running_runs_progress_is_read_from_its_log_as_it_grows(client, studio_home):
+    failed = ok(client.get("/api/runs"))[0]
+    source = studio_home / "runs" / failed["run_id"]
+    live = studio_home / "runs" / "20990101-000000-live"
+    live.mkdir()
+    info = json.loads((source / "run.json").read_text()) | {
+        "run_id": live.name,
+        "status": "running",
+        "finished_at": None,
+    }
+    (live / "run.json").write_text(json.dumps(info))
+    lines = [json.loads(line) for line in (source / "episodes.jsonl").read_text().splitlines()]
+    for line in lines:
+        for key in ("episode_id", "run_id"):
+            if key in line:
+                line[key] = line[key].replace(failed["run_id"], live.name)
+    ends = [i for i, line in enumerate(lines) if line["event"] == "end"]
+    log = live / "episodes.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines[: ends[0] + 1]))  # one episode ended so far
+    p = ok(client.get(f"/api/runs/{live.name}/progress"))
+    assert (p["status"], p["finished"], p["started"], len(p["running"])) == ("running", 1, N_FAILED, N_FAILED - 1)
+    assert all(e["steps"] >= 1 and not e["finished"] for e in p["running"])
+    with log.open("a") as f:
+        f.write("".join(json.dumps(line) + "\n" for line in lines[ends[0] + 1 :]))
+    p = ok(client.get(f"/api/runs/{live.name}/progress"))
+    assert (p["finished"], p["running"]) == (N_FAILED, [])
+    assert '"status": "running"' in client.get(f"/runs/{live.name}").text  # the page polls while it runs
+
+
 def test_experiments_are_read_from_the_results_folders(client):
     assert [e["name"] for e in ok(client.get("/api/experiments"))] == ["keyroom-key"]
     exp = ok(client.get("/api/experiments/keyroom-key"))
