@@ -131,8 +131,8 @@ class ExperienceBank(CurationMixin):
     ):
         self.config = config or MemoryConfig()
         self.root = Path(memory_dir)
-        self.dir = namespace_dir(self.root, self.config.namespace)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.dir = self.root  # the namespace's own directory, once the store is reached (below)
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.actor = actor or f"{getpass.getuser()}@{socket.gethostname()}"
         # one embedded Chroma folder holds every namespace of the home: the lock is on the home's memory
@@ -147,12 +147,14 @@ class ExperienceBank(CurationMixin):
         self._backlog_lock = threading.RLock()
         self.success_rates: dict[str, float] = {}  # last counted per family (`credit.family_success_rate`)
         try:
+            self._client = connect(self.config, self.root / "chroma")
+            self.dir = namespace_dir(self.root, self.namespace, legacy_owner=self._owns_legacy_view)
+            self.dir.mkdir(parents=True, exist_ok=True)
             self.journal = Journal(
                 self.dir / "journal.jsonl", self.config.fsync_journal, self.config.journal_lock_timeout_s
             )
             model = embedder or embedding_from_config(self.config)
             self.embedder: TextEmbedder = CachedEmbedding(model, self.config.embedding_cache_size)
-            self._client = connect(self.config, self.root / "chroma")
             if self.config.server_mode:
                 self.outage = Outage(
                     self._client.heartbeat, self.config.url, self.config.reconnect_base_s, self.config.reconnect_max_s
@@ -165,6 +167,12 @@ class ExperienceBank(CurationMixin):
         except BaseException:
             self._release()
             raise
+
+    def _owns_legacy_view(self) -> bool:
+        """Whether the store holds a view of this namespace (so a memory directory from before
+        namespaces, whose journal names none, is this namespace's)."""
+        meta = f"{self.namespace}-meta"
+        return any(getattr(c, "name", c) == meta for c in self._client.list_collections())
 
     @property
     def state(self) -> JournalState:

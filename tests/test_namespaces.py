@@ -96,7 +96,7 @@ record_sets = st.lists(
 )
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(record_sets)
 def test_no_record_crosses_a_namespace(chroma_server, episodes):  # noqa: F811
     tmp = Path(tempfile.mkdtemp(prefix="crl-ns-"))
@@ -222,3 +222,19 @@ def test_namespace_option_on_the_command_line(tmp_path, monkeypatch):
     assert listing.exit_code == 0 and len(json.loads(listing.output)) == 2
     bad = cli.invoke(app, ["--home", str(home), "--namespace", "no-dash", "memory", "ls"])
     assert bad.exit_code != 0 and "letters and digits" in bad.output and "Traceback" not in bad.output
+
+
+def test_a_home_from_before_namespaces_is_not_taken_by_a_mistyped_namespace(tmp_path):
+    memory, runs = tmp_path / "memory", tmp_path / "runs"
+    write_log(runs, "r0", [make_episode("r0", i, True, words=words_of("a", i)) for i in range(2)])
+    for legacy in ("crl", "team"):
+        home = memory / legacy
+        with open_ns(home, runs, legacy) as bank:
+            assert bank.sync().episodes_ingested == 2
+        (home / "namespace").unlink()  # as a memory directory written before namespaces existed
+        with open_ns(home, runs, "tpyo") as bank:
+            assert bank.dir == home / "namespaces" / "tpyo" and bank.ls() == []
+        assert not (home / "namespace").exists()
+        with open_ns(home, runs, legacy) as bank:  # its own namespace still finds it at the top
+            assert bank.dir == home and len(bank.ls()) == 2 and bank.sync().episodes_ingested == 0
+        assert namespaces(home) == [legacy, "tpyo"]

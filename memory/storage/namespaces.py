@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 MARKER = "namespace"
 SUBDIR = "namespaces"
+DEFAULT = "crl"  # `MemoryConfig.namespace`'s default
 
 
 def primary_namespace(memory_dir: Path, claim: str | None = None) -> str | None:
@@ -46,10 +48,19 @@ def primary_namespace(memory_dir: Path, claim: str | None = None) -> str | None:
         return None
 
 
-def namespace_dir(memory_dir: Path, namespace: str) -> Path:
-    """Where `namespace`'s journal and state live (claiming the top for the home's first namespace)."""
+def namespace_dir(memory_dir: Path, namespace: str, legacy_owner: Callable[[], bool] | None = None) -> Path:
+    """Where `namespace`'s journal and state live (claiming the top for the home's first namespace).
+
+    A memory directory from before namespaces (a journal at the top, no marker) is claimed only
+    by the default namespace or by one whose view the store holds (`legacy_owner()`), so a
+    mistyped `--namespace` cannot take a home's existing memory.
+    """
     memory_dir = Path(memory_dir)
-    if primary_namespace(memory_dir, claim=namespace) == namespace:
+    claim: str | None = namespace
+    if not (memory_dir / MARKER).exists() and (memory_dir / "journal.jsonl").exists():
+        if namespace != DEFAULT and not (legacy_owner is not None and legacy_owner()):
+            claim = None
+    if primary_namespace(memory_dir, claim=claim) == namespace:
         return memory_dir
     return memory_dir / SUBDIR / namespace
 
