@@ -238,3 +238,22 @@ def test_a_home_from_before_namespaces_is_not_taken_by_a_mistyped_namespace(tmp_
         with open_ns(home, runs, legacy) as bank:  # its own namespace still finds it at the top
             assert bank.dir == home and len(bank.ls()) == 2 and bank.sync().episodes_ingested == 0
         assert namespaces(home) == [legacy, "tpyo"]
+
+
+def test_stitching_builds_only_from_its_own_namespace(tmp_path):
+    from crl.memory.synthesis.bank_pass import synthesize_bank
+    from tests.test_synthesis import COMPOUND, SEED, solved
+
+    memory, runs = tmp_path / "memory", tmp_path / "runs"
+    with open_ns(memory, runs, "alice") as bank:  # alice holds the three skills of one world
+        for variant in ("key", "door", "chest"):
+            bank.ingest_episode(solved(variant))
+    with open_ns(memory, runs, "bob") as bank:  # bob played nothing: nothing to stitch from
+        result = synthesize_bank(bank, "keyroom", relabel=False, stitch_task=COMPOUND, seeds=[SEED])
+        assert result.episodes == [] and bank.ls() == []
+    with open_ns(memory, runs, "alice") as bank:
+        result = synthesize_bank(bank, "keyroom", relabel=False, stitch_task=COMPOUND, seeds=[SEED])
+        assert len(result.episodes) == 1 and result.episodes[0].success
+        assert len(bank.ls(source="synthetic")) == 1
+    with open_ns(memory, runs, "bob") as bank:
+        assert bank.ls() == [] and bank.ls(kind="step") == []
