@@ -132,6 +132,7 @@ def step_record(
         use_count=uses,
         use_successes=wins,
         value=value,
+        verified=True,  # a played step: its outcome came from the environment
         created_at=created_at,
         updated_at=created_at,
     )
@@ -169,6 +170,7 @@ def episode_record(
         use_successes=wins,
         utility=(wins + 1) / (uses + 2),
         value=value,
+        verified=True,
         created_at=created_at,
         updated_at=created_at,
     )
