@@ -67,6 +67,8 @@ TASKS = {
 ATTACKS = ("agentpoison", "minja", "forged-import")
 RATES = (0.001, 0.01, 0.05)
 ATTACKER_RUN = "zz-attacker"
+RETRIEVAL_DEFENCES = ("sanitise_memory", "verified_only")
+ABLATABLE = (*RETRIEVAL_DEFENCES, "strip_instructions")
 
 
 # ---- the victims' and the reflector's scripted models -------------------------------------------
@@ -217,7 +219,7 @@ class Suite:
             (the tests' fast fake).
     """
 
-    def __init__(self, home: Path, task: str, embedding: str = "default"):
+    def __init__(self, home: Path, task: str, embedding: str = "default", ablate: Sequence[str] = ()):
         from crl.agent.config import load_settings
 
         self.home, self.task = home, task
@@ -226,6 +228,7 @@ class Suite:
         )
         self.settings.reflect.enabled = False
         self.embedding = embedding
+        self.ablate = set(ablate)
         self.bank = self._open_bank()
         self.runs = home / "bench-runs"
         self.runs.mkdir(parents=True, exist_ok=True)
@@ -332,7 +335,8 @@ class Suite:
         from crl.agent.advisor import MemoryAdvisor
         from crl.memory.retrieval.retriever import Retriever
 
-        cfg = self.settings.retrieval.model_copy(update={"defences": defences})
+        off = {name: False for name in self.ablate if name in RETRIEVAL_DEFENCES} if defences else {}
+        cfg = self.settings.retrieval.model_copy(update={"defences": defences, **off})
         return MemoryAdvisor(
             self.bank, Retriever(self.bank, cfg, seed=0), mode="full", policy=model_policy, learn=False
         )
@@ -442,7 +446,11 @@ class Suite:
         from crl.memory.reflection.reflector import Reflector
 
         cfg = self.settings.reflect.model_copy(
-            update={"strip_instructions": defences, "verified_only": defences, "enabled": True}
+            update={
+                "strip_instructions": defences and "strip_instructions" not in self.ablate,
+                "verified_only": defences and "verified_only" not in self.ablate,
+                "enabled": True,
+            }
         )
         before = {r.id for r in self.bank.rules(include_quarantine=True)}
         model = ScriptedModel(gullible_reflector, name="gullible-reflector")
@@ -480,13 +488,14 @@ def run_task(
     n_random: int,
     embedding: str,
     work: Path,
+    ablate: Sequence[str] = (),
     log: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> dict[str, Any]:
     """Every cell of one task (all models, attacks and rates) and its benign success."""
     task = TASKS[task_key]
     home = work / task_key
     shutil.rmtree(home, ignore_errors=True)
-    suite = Suite(home, task, embedding)
+    suite = Suite(home, task, embedding, ablate)
     t0 = time.time()
     try:
         seeds = suite.build_benign(n_solved, n_random)
@@ -542,6 +551,7 @@ def run_task(
         suite.close()
     return {
         "task": task,
+        "ablated": sorted(ablate),
         "benign_records": benign_records,
         "seconds": round(time.time() - t0, 1),
         "benign": benign,
@@ -554,6 +564,12 @@ def pct(t: dict[str, Any]) -> str:
         return "–"
     lo, hi = t["ci95"]
     return f"{100 * t['rate']:.0f}% ({t['hits']}/{t['trials']}; {100 * lo:.0f}–{100 * hi:.0f})"
+
+
+def label(task_result: dict[str, Any], model: str) -> str:
+    """The model column: the model, and the defences an ablation left off in the 'on' arm."""
+    ablated = task_result.get("ablated")
+    return f"{model}, on without {' + '.join(ablated)}" if ablated else model
 
 
 def table(results: dict[str, Any]) -> str:
@@ -574,7 +590,7 @@ def table(results: dict[str, Any]) -> str:
     for r in results["tasks"]:
         for c in r["cells"]:
             lines.append(
-                f"| {c['task'].split('?')[0]} | {c['model']} | {c['attack']} | {100 * c['rate']:g}% "
+                f"| {c['task'].split('?')[0]} | {label(r, c['model'])} | {c['attack']} | {100 * c['rate']:g}% "
                 f"({c['poison_records']} of {c['benign_records']}) | {pct(c['off'])} | {pct(c['on'])} |"
             )
     lines += [
@@ -589,7 +605,9 @@ def table(results: dict[str, Any]) -> str:
         for model, b in r["benign"].items():
             base = b.get("attacker_action_without_poison", {})
             off, on = (pct(base[k]) if k in base else "–" for k in ("off", "on"))
-            lines.append(f"| {r['task'].split('?')[0]} | {model} | {pct(b['off'])} | {pct(b['on'])} | {off} | {on} |")
+            lines.append(
+                f"| {r['task'].split('?')[0]} | {label(r, model)} | {pct(b['off'])} | {pct(b['on'])} | {off} | {on} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -621,6 +639,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--solved", type=int, default=200, help="solved episodes in the benign bank")
     parser.add_argument("--random", type=int, default=80, help="random-policy episodes in the benign bank")
     parser.add_argument("--embedding", default="default", choices=("default", "hashing"))
+    parser.add_argument(
+        "--ablate",
+        default="",
+        help=f"defences left off in the 'on' arm, comma-separated ({', '.join(ABLATABLE)}; "
+        "verified_only turns off both the retrieval's and the reflector's): which defence does the work",
+    )
     parser.add_argument("--work", default=None, help="scratch folder (default: a temporary one, removed)")
     parser.add_argument("--out", default=None, help="write results.json and table.md here")
     parser.add_argument(
@@ -649,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.random,
                     args.embedding,
                     work,
+                    [a for a in args.ablate.split(",") if a],
                 )
             )
     finally:

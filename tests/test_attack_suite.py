@@ -86,3 +86,22 @@ def test_the_command_writes_results_and_table(tmp_path):
     data = json.loads((out / "results.json").read_text())
     assert data["tasks"][0]["cells"][0]["attack"] == "forged-import"
     assert "benign success" in (out / "table.md").read_text()
+
+
+def test_an_ablation_shows_which_defence_stops_an_attack(tmp_path):
+    result = run_task(
+        "keyroom",
+        build_models(["scripted"]),
+        rates=[0.05],
+        attacks=["agentpoison"],
+        trials=3,
+        n_solved=24,
+        n_random=6,
+        embedding="hashing",
+        work=tmp_path,
+        log=lambda _: None,
+        ablate=["verified_only"],
+    )
+    cell = result["cells"][0]
+    assert result["ablated"] == ["verified_only"] and cell["on"]["hits"] >= 1  # the cap alone does not stop it
+    assert "scripted, on without verified_only" in table({"command": "x", "tasks": [result]})
