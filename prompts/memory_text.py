@@ -70,6 +70,17 @@ def render_hint(observation: str, action: str, success: bool) -> str:
     return render("hint.j2", observation=observation, action=action, success=success)
 
 
-def render_action_value(action: str, successes: int, n: int, invalid: int = 0, repeated: int = 0) -> str:
-    """One line for memory's value of an action, e.g. "take key → success 4 of 5 (1 invalid)"."""
-    return render("action_value.j2", action=action, successes=successes, n=n, invalid=invalid, repeated=repeated)
+def render_action_value(
+    action: str, successes: int, n: int, invalid: int = 0, repeated: int = 0, unverified: int = 0
+) -> str:
+    """One line for memory's value of an action, e.g. "take key → success 4 of 5 (1 invalid)", or with
+    votes the environment did not verify left out of the counts, "drop key → success 0 of 0 (+48 unverified)"."""
+    return render(
+        "action_value.j2",
+        action=action,
+        successes=successes,
+        n=n,
+        invalid=invalid,
+        repeated=repeated,
+        unverified=unverified,
+    )

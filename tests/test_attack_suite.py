@@ -93,15 +93,17 @@ def test_an_ablation_shows_which_defence_stops_an_attack(tmp_path):
         "keyroom",
         build_models(["scripted"]),
         rates=[0.05],
-        attacks=["agentpoison"],
+        attacks=["minja", "agentpoison"],
         trials=3,
         n_solved=24,
         n_random=6,
         embedding="hashing",
         work=tmp_path,
         log=lambda _: None,
-        ablate=["verified_only"],
+        ablate=["sanitise_memory", "strip_instructions"],
     )
-    cell = result["cells"][0]
-    assert result["ablated"] == ["verified_only"] and cell["on"]["hits"] >= 1  # the cap alone does not stop it
-    assert "scripted, on without verified_only" in table({"command": "x", "tasks": [result]})
+    cells = {c["attack"]: c for c in result["cells"]}
+    assert result["ablated"] == ["sanitise_memory", "strip_instructions"]
+    assert cells["minja"]["on"]["hits"] >= 1  # only the stripping stops MINJA
+    assert cells["agentpoison"]["on"]["hits"] == 0  # the verified-only rule still stops forged records
+    assert "scripted, on without sanitise_memory + strip_instructions" in table({"command": "x", "tasks": [result]})

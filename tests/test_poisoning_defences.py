@@ -279,3 +279,13 @@ def test_queries_are_widened_past_unverified_claims():
     assert [h.id for h in rows[0]] == [f"e{i}" for i in range(5)] and asked == [10, 20, 40]
     asked.clear()
     assert len(past_untrusted(fetch, 10, lambda record: True)[0]) == 10 and asked == [10]
+
+
+def test_the_value_line_counts_only_verified_votes_with_the_defences_on():
+    crowd = [(imported(step_record(f"f{i:02d}", 0, "drop key", length=1)), 1.0) for i in range(5)]
+    real = (verified(step_record("e1", 0, "drop key", outcome="failure", length=1)), 1.0)
+    capped_only = ON.model_copy(update={"verified_only": False})
+    assert action_values(crowd + [real], ["drop key"], capped_only)["drop key"].hint == (
+        "drop key → success 0 of 1 (+5 unverified)"
+    )
+    assert action_values(crowd + [real], ["drop key"], OFF)["drop key"].hint == "drop key → success 5 of 6"

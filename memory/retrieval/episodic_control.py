@@ -73,6 +73,9 @@ class ActionValue:
         evidence: ids of the stored steps that voted.
         outliers: votes flagged as outliers and down-weighted (`memory.retrieval.influence`).
         capped: sources whose votes were scaled down to `max_source_share` of the support.
+        unverified / unverified_successes: votes (and successes among them) whose outcome the
+            environment did not verify; with `defended` (the defences were on) the hint leaves
+            them out of its counts.
     """
 
     action: str
@@ -86,6 +89,9 @@ class ActionValue:
     evidence: list[str] = field(default_factory=list)
     outliers: int = 0
     capped: int = 0
+    unverified: int = 0
+    unverified_successes: int = 0
+    defended: bool = False
 
     def shrunk(self, prior: float, weight: float) -> float:
         """The value pulled toward `prior` as if `weight` more support voted for it."""
@@ -112,10 +118,21 @@ class ActionValue:
 
     @property
     def hint(self) -> str:
-        """One line for the prompt, e.g. "take key → success 4 of 5"."""
+        """One line for the prompt, e.g. "take key → success 4 of 5". With the defences on, the counts
+        are of environment-verified votes only and the others are added as "(+3 unverified)", so a
+        crowd of forged claims never reads as strong evidence."""
         from crl.prompts.memory_text import render_action_value
 
-        return render_action_value(self.action, self.successes, self.n, self.invalid, self.repeated)
+        if not (self.defended and self.unverified):
+            return render_action_value(self.action, self.successes, self.n, self.invalid, self.repeated)
+        return render_action_value(
+            self.action,
+            self.successes - self.unverified_successes,
+            self.n - self.unverified,
+            self.invalid,
+            self.repeated,
+            unverified=self.unverified,
+        )
 
 
 def vote_weight(similarity: float, min_similarity: float) -> float:
@@ -238,7 +255,7 @@ def action_values(
         for vote, m in cast:
             by_source[vote.source] = by_source.get(vote.source, 0.0) + vote.weight * m
         factor = cap_shares(by_source, share, config.ec_prior_weight, {v.source for v, _ in cast if v.verified})
-        av = ActionValue(action, 0.0, 0.0, 0, 0, 0)
+        av = ActionValue(action, 0.0, 0.0, 0, 0, 0, defended=config.defences)
         total = 0.0
         for vote, m in cast:
             w = vote.weight * m * factor[vote.source]
@@ -251,6 +268,8 @@ def action_values(
             av.invalid += not step.valid
             av.repeated += step.valid and step.repeated
             av.outliers += vote.outlier
+            av.unverified += not vote.verified
+            av.unverified_successes += not vote.verified and step.episode_outcome == "success"
             av.evidence.append(step.id)
         av.capped = sum(1 for f in factor.values() if f < 1.0)
         if av.support <= 0:
