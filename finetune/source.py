@@ -55,16 +55,15 @@ class SourceEpisode:
 
 
 def exclusion_reason(record: EpisodeRecord, config: FinetuneConfig) -> str | None:
-    """Why an episode may not be trained on at all, or None when it may. A success counts only
-    when the environment (or a replay) verified it, or a curator accepted it (golden, or the
-    accepted tag): an imported or synthetic record that merely claims success is never taught."""
+    """Why an episode may not be trained on at all, or None when it may. A synthetic episode must
+    be accepted (replay-validated, or curated: golden or the accepted tag); any other success
+    counts only when the environment verified it or a curator accepted it, so a record that
+    merely claims success (an unreviewed import, a forged row) is never taught."""
     if record.tier == "quarantine":
         return "quarantined"
     if record.outcome == "unfinished":
         return "unfinished"
     curated = record.tier == "golden" or config.accepted_tag in record.tags
-    if record.success and not (counts_as_success(record) or curated):
-        return "unverified-success"
     if record.source == "synthetic":
         if config.synthetic == "none":
             return "synthetic"
@@ -72,6 +71,8 @@ def exclusion_reason(record: EpisodeRecord, config: FinetuneConfig) -> str | Non
             return "synthetic-not-accepted"
         if config.synthetic == "accepted" and not (curated or replay_validated(record)):
             return "synthetic-not-accepted"
+    elif record.success and not (counts_as_success(record) or curated):
+        return "unverified-success"
     return None
 
 

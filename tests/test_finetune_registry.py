@@ -212,6 +212,8 @@ def _record(i: int, success: bool = True, created_at: float = 100.0):
         status="done",
         outcome="success" if success else "failure",
         success=success,
+        verified=True,
+        verified_by="env",
         total_return=float(success),
         length=2,
         reward_sparsity=0.5,
