@@ -731,7 +731,13 @@ class ExperienceBank(CurationMixin):
         )
 
     def _resolve_all(self, ids: str | Iterable[str]) -> list[str]:
-        resolved = [self.resolve(i) for i in as_list(ids)]
+        """The record ids that `ids` name, each of which must be stored (a well-formed id of no record
+        is refused before anything is journalled)."""
+        resolved = list(dict.fromkeys(self.resolve(i) for i in as_list(ids)))
         if not resolved:
             raise ValueError("no record ids given")
-        return list(dict.fromkeys(resolved))
+        found = self.view.locate(resolved)
+        missing = [rid for rid in resolved if rid not in found]
+        if missing:
+            raise RecordNotFoundError(f"no memory record {', '.join(map(repr, missing))}; see `crl memory ls`")
+        return resolved

@@ -353,3 +353,15 @@ def test_a_locked_store_names_server_mode(home):
         bank.close()
     assert r.exit_code == 1 and "--memory-url" in r.output and "Traceback" not in r.output
     assert memory("ls").exit_code == 0
+
+
+def test_curating_a_well_formed_id_of_no_record_is_refused_before_it_is_journalled(home):
+    journal = home / "memory" / "journal.jsonl"
+    before = journal.read_bytes()
+    for command in (("pin",), ("quarantine",), ("tag", "-t", "x")):
+        r = memory(*command, "ep:keyroom:nosuch-0000", ok=False)
+        assert r.exit_code == 1 and "no memory record 'ep:keyroom:nosuch-0000'" in r.output
+    assert journal.read_bytes() == before
+    real = as_json(memory("ls", "--json"))[0]["id"]
+    r = memory("pin", real, "ep:keyroom:nosuch-0000", ok=False)
+    assert r.exit_code == 1 and journal.read_bytes() == before, "one missing id refuses the whole command"
