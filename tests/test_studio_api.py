@@ -176,6 +176,7 @@ def test_memory_filters(client):
     assert len(episodes(client, skill="key")) == N_SOLVED
     assert len(episodes(client, family="keyroom", variant="key", tier="regular", source="real")) == 5
     assert episodes(client, family="nosuch") == [] and episodes(client, source="synthetic") == []
+    assert episodes(client, source="imported") == []
     values = [r["value"] for r in episodes(client, sort="value")]
     assert values == sorted(values, reverse=True) and values[0] > values[-1]
     steps = episodes(client, kind="step")
@@ -188,7 +189,7 @@ def test_memory_filters(client):
 def test_memory_bad_filters_are_clear_4xx(client):
     refused(client.get("/api/memories", params={"outcome": "won"}), 400, "outcome must be one of success")
     refused(client.get("/api/memories", params={"tier": "gold"}), 400, "tier must be one of golden")
-    refused(client.get("/api/memories", params={"source": "imported"}), 400, "source must be one of real")
+    refused(client.get("/api/memories", params={"source": "forged"}), 400, "source must be one of real")
     assert ok(client.get("/api/memories", params={"outcome": "", "tier": "", "family": ""}))["total"] == 5
     refused(client.get("/api/memories", params={"sort": "best"}), 422, "sort")
     refused(client.get("/api/memories", params={"kind": "thing"}), 422, "kind")
@@ -521,3 +522,18 @@ def test_listings_follow_the_journal_without_scanning_again(client):
             assert shown == listed, (f, sort)
     assert view.listings.scans == scans + 1  # only the steps are read again (an episode's steps move with it)
     assert len(episodes(client, tier="golden")) == 2 and len(episodes(client, tag="keep")) == 2
+
+
+def test_the_source_filter_tells_imported_records_apart():
+    from crl.agent.studio.listings import matches, origin_of
+    from crl.agent.studio.memory_view import RecordFilter
+    from crl.memory.records import EpisodeRecord
+
+    common = dict(
+        kind="episode", family="keyroom", variant="key", tier="regular", tags=[], skills=[], outcome="success"
+    )
+    played = EpisodeRecord.model_construct(source="real", imported_from=None, **common)
+    imported = EpisodeRecord.model_construct(source="real", imported_from="imports/ab12.jsonl", **common)
+    assert (origin_of(played), origin_of(imported)) == ("real", "imported")
+    assert matches(RecordFilter(source="real"), played) and not matches(RecordFilter(source="real"), imported)
+    assert matches(RecordFilter(source="imported"), imported) and not matches(RecordFilter(source="imported"), played)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from crl.agent.studio.listings import origin_of
 from crl.memory.records import AnyRecord
 
 COLOURS = ("outcome", "family", "source", "tier")
@@ -61,7 +62,7 @@ def bank_map(bank: Any, records: list[AnyRecord], limit: int, seed: int = 0) -> 
             "y": round(float(y), 5),
             "outcome": outcome_of(r),
             "family": r.family,
-            "source": r.source,
+            "source": origin_of(r),
             "tier": r.tier,
             "label": getattr(r, "goal", None) or getattr(r, "text", ""),
         }

@@ -39,15 +39,22 @@ FREEZE_AT = 10_000
 KEPT_CHANGES = 64
 
 
+def origin_of(record: AnyRecord) -> str:
+    """Where a record came from, as the studio's source filter reads it: imported (through `crl
+    memory import`, whatever it claims to be), else its `source` (real or synthetic)."""
+    return "imported" if getattr(record, "imported_from", None) else record.source
+
+
 def matches(flt: Any, record: AnyRecord) -> bool:
-    """Whether `record` passes the filter as `ExperienceBank.ls` filters (`flt` is a `RecordFilter`)."""
+    """Whether `record` passes the filter as `ExperienceBank.ls` filters (`flt` is a `RecordFilter`);
+    the source filter also knows `imported` (`origin_of`)."""
     if record.kind != flt.kind:
         return False
     if flt.family and record.family != flt.family:
         return False
     if flt.tier and record.tier != flt.tier:
         return False
-    if flt.source and record.source != flt.source:
+    if flt.source and origin_of(record) != flt.source:
         return False
     if flt.tag and flt.tag not in record.tags:
         return False
