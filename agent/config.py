@@ -19,9 +19,9 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
-from pydantic_settings.exceptions import SettingsError
 
 from crl.agent.redaction import MASK, is_secret_key, redact_settings, redact_text
 from crl.finetune.config import FinetuneConfig
