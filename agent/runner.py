@@ -268,24 +268,18 @@ class Runner:
     ) -> list[ToolPrime | None]:
         """For each tool step that scores its tools: the tool chosen (the model's argmax, or the
         posterior with memory's advantages of each tool) and the prompt primed with its opening;
-        None for the other sessions, and where scoring failed (the model then writes the call)."""
+        None for the other sessions, and where scoring failed (`_score`: the model then writes the
+        call; a refused backend stops the run as it does for games)."""
         out: list[ToolPrime | None] = [None] * len(sessions)
         rows = [i for i, (s, p) in enumerate(zip(sessions, prompts)) if p is not None and self._scores_tools(s)]
         if not rows:
             return out
         temperature = self.posterior.temperature if self.posterior is not None else 1.0
-        t = time.monotonic()
-        try:
-            dists = self.model.score_actions(
-                [prompts[i] for i in rows], [sessions[i].tools.names() for i in rows], temperature
-            )
-        except LLMError as exc:
-            log.warning("scoring the tools failed, the model writes the call: %s", redact_text(str(exc)))
-            return out
-        finally:
-            stats.model_seconds += time.monotonic() - t
+        dists = self._score([prompts[i] for i in rows], [sessions[i].tools.names() for i in rows], stats, temperature)
         advisor = self.advisor if isinstance(self.advisor, MemoryAdvisor) else None
         for i, dist in zip(rows, dists):
+            if isinstance(dist, ModelFailure):
+                continue
             session, pack = sessions[i], packs[i]
             advantages: dict = {}
             near = by_tool_name(pack.neighbours) if pack is not None and pack.neighbours else []
@@ -379,15 +373,21 @@ class Runner:
         return bool(self.posterior is not None and actions and callable(getattr(self.model, "score_actions", None)))
 
     def _score(
-        self, batch: list[list[Message]], candidates: list[Sequence[str]], stats: RunnerStats
+        self,
+        batch: list[list[Message]],
+        candidates: list[Sequence[str]],
+        stats: RunnerStats,
+        temperature: float | None = None,
     ) -> list[ActionDistribution | ModelFailure]:
-        """The model's distribution over each prompt's candidates; a `ModelFailure` for each
-        prompt of a batch whose scoring failed after the backend's retries."""
+        """The model's distribution over each prompt's candidates (softmax at `temperature`, by
+        default the posterior's); a `ModelFailure` for each prompt of a batch whose scoring failed
+        after the backend's retries."""
         if not batch:
             return []
+        temperature = self.posterior.temperature if temperature is None else temperature
         t = time.monotonic()
         try:
-            dists = self.model.score_actions(batch, [list(c) for c in candidates], self.posterior.temperature)
+            dists = self.model.score_actions(batch, [list(c) for c in candidates], temperature)
         except BackendRefused:
             raise
         except BatchError as exc:

@@ -158,3 +158,23 @@ def test_a_repeated_call_hands_the_next_step_to_another_tool(tmp_path):
     ]
     assert [s.decided_by for s in episode.steps] == ["llm", "llm", "repeat-avoidance"]
     assert episode.success
+
+
+def test_a_backend_that_refuses_the_tool_scoring_stops_the_run(tmp_path):
+    from crl.agent.llm.base import BackendRefused
+
+    class Refusing(ScriptedModel):
+        def score_actions(self, batch, candidates, temperature=1.0):
+            raise BackendRefused("401: the key was refused")
+
+    settings = load_settings(
+        {
+            "home": str(tmp_path / ".crl"),
+            "agent": {"reply_format": "action", "policy": "llm", "parallel": 1, "tool_choice": "score"},
+            "memory": {"enabled": False},
+        }
+    )
+    model = Refusing(['17*23"}'])
+    with pytest.raises(BackendRefused, match="the key was refused"):
+        start_run(settings, QA_SPEC.name, 1, model=model)
+    assert tool_fixtures.CALLS == [] and not [c for c in model.calls if c.config.max_new_tokens]
