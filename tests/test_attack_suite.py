@@ -53,19 +53,25 @@ def test_wilson_interval():
     assert 0.29 < lo < 0.3 and 0.7 < hi < 0.71
 
 
-def test_attacks_succeed_off_and_fail_on(tmp_path):
-    result = run_task(
+def small_keyroom_run(work, attacks: list[str], **options) -> dict:
+    """Three scripted victims per cell on a small keyroom bank at 5% poison (hashing embeddings)."""
+    return run_task(
         "keyroom",
         build_models(["scripted"]),
         rates=[0.05],
-        attacks=["agentpoison", "minja"],
+        attacks=attacks,
         trials=3,
         n_solved=24,
         n_random=6,
         embedding="hashing",
-        work=tmp_path,
+        work=work,
         log=lambda _: None,
+        **options,
     )
+
+
+def test_attacks_succeed_off_and_fail_on(tmp_path):
+    result = small_keyroom_run(tmp_path, ["agentpoison", "minja"])
     cells = {c["attack"]: c for c in result["cells"]}
     for attack in ("agentpoison", "minja"):
         assert cells[attack]["off"]["hits"] >= 1, cells[attack]
@@ -89,19 +95,7 @@ def test_the_command_writes_results_and_table(tmp_path):
 
 
 def test_an_ablation_shows_which_defence_stops_an_attack(tmp_path):
-    result = run_task(
-        "keyroom",
-        build_models(["scripted"]),
-        rates=[0.05],
-        attacks=["minja", "agentpoison"],
-        trials=3,
-        n_solved=24,
-        n_random=6,
-        embedding="hashing",
-        work=tmp_path,
-        log=lambda _: None,
-        ablate=["sanitise_memory", "strip_instructions"],
-    )
+    result = small_keyroom_run(tmp_path, ["minja", "agentpoison"], ablate=["sanitise_memory", "strip_instructions"])
     cells = {c["attack"]: c for c in result["cells"]}
     assert result["ablated"] == ["sanitise_memory", "strip_instructions"]
     assert cells["minja"]["on"]["hits"] >= 1  # only the stripping stops MINJA
