@@ -34,7 +34,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -172,11 +172,17 @@ def episode_vocabulary(item: ReflectionInput) -> set[str]:
 def drop_ungrounded(parsed: ParsedReply, vocabulary: set[str]) -> ParsedReply:
     """The reply without ADD and EDIT operations whose text names nothing from the episodes
     (`ungrounded`); those become rejections with the reason."""
+    return drop_rule_texts(parsed, lambda text: ungrounded(text, vocabulary), "ungrounded rule")
+
+
+def drop_rule_texts(parsed: ParsedReply, why_not: Callable[[str], str | None], label: str) -> ParsedReply:
+    """The reply without the ADD and EDIT operations whose rule text `why_not` refuses; each
+    becomes a rejection reading "`label`: reason"."""
     kept, rejected = [], list(parsed.rejected)
     for op in parsed.ops:
-        why = ungrounded(op.text, vocabulary) if op.kind in ("ADD", "EDIT") and op.text else None
+        why = why_not(op.text) if op.kind in ("ADD", "EDIT") and op.text else None
         if why:
-            rejected.append(Rejected(op.raw or op.describe(), f"ungrounded rule: {why}"))
+            rejected.append(Rejected(op.raw or op.describe(), f"{label}: {why}"))
         else:
             kept.append(op)
     return ParsedReply(kept, rejected, parsed.other_lines, parsed.format)
@@ -196,14 +202,7 @@ def planted_reason(text: str, planted: Sequence[str]) -> str | None:
 def drop_planted(parsed: ParsedReply, planted: Sequence[str]) -> ParsedReply:
     """The reply without ADD and EDIT operations whose text is an injected instruction
     (`planted_reason`); those become rejections with the reason."""
-    kept, rejected = [], list(parsed.rejected)
-    for op in parsed.ops:
-        why = planted_reason(op.text, planted) if op.kind in ("ADD", "EDIT") and op.text else None
-        if why:
-            rejected.append(Rejected(op.raw or op.describe(), f"refused rule: {why}"))
-        else:
-            kept.append(op)
-    return ParsedReply(kept, rejected, parsed.other_lines, parsed.format)
+    return drop_rule_texts(parsed, lambda text: planted_reason(text, planted), "refused rule")
 
 
 def new_reflection_id() -> str:
