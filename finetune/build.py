@@ -12,7 +12,8 @@ from crl.finetune.config import FinetuneConfig
 from crl.finetune.dataset_card import DatasetCard, write_dataset
 from crl.finetune.dpo_data import build_dpo
 from crl.finetune.sft_data import BuiltDataset, build_sft
-from crl.finetune.source import EpisodeSource, load_episodes
+from crl.finetune.source import EpisodeSource, LoadedEpisodes, load_episodes
+from crl.finetune.source_cap import cap_sources, is_capped, source_key
 from crl.finetune.tokens import TokenizerCounter, measure_rows, training_max_length
 
 KINDS = ("sft", "dpo")
@@ -27,7 +28,8 @@ def collect(
     counter: TokenizerCounter | None = None,
     synthetic_weight: float | None = None,
 ) -> BuiltDataset:
-    """The rows of an SFT or DPO dataset from the bank (not yet length-checked).
+    """The rows of an SFT or DPO dataset from the bank (not yet length-checked), no source over
+    `config.max_source_share` (`finetune.source_cap`).
 
     `synthetic_weight` overrides `config.synthetic_weight` (e.g. scaled down where synthetic
     experience drifted from real experience).
@@ -36,7 +38,32 @@ def collect(
         raise ValueError(f"dataset kind must be sft or dpo, not {kind!r}")
     loaded = load_episodes(bank, config, family=family, tasks=tasks, successes_only=kind == "sft")
     build = build_sft if kind == "sft" else build_dpo
-    return build(loaded, config, counter=counter, embed=bank.embed, synthetic_weight=synthetic_weight)
+    built = build(loaded, config, counter=counter, embed=bank.embed, synthetic_weight=synthetic_weight)
+    return cap_dataset(built, loaded, config)
+
+
+def cap_dataset(built: BuiltDataset, loaded: LoadedEpisodes, config: FinetuneConfig) -> BuiltDataset:
+    """Leave out the examples over a source's share (`finetune.source_cap`), counted as 'source-cap',
+    the cap's report in `built.stats["source_cap"]`."""
+    sources = {e.id: source_key(e.record) for e in loaded.episodes}
+    keys: list[str] = []
+    units: dict[str, str] = {}  # an SFT state's soft-target rows share its step id: one example
+    for row in built.rows:
+        if built.kind == "sft":
+            key, source = row["step_id"], sources.get(row["episode_id"], "run:?")
+        else:
+            sides = [sources.get(row[k], "run:?") for k in ("chosen_episode_id", "rejected_episode_id")]
+            source = next((s for s in sides if is_capped(s, config.capped_sources)), sides[0])
+            key = f"{row['chosen_step_id']}|{row['rejected_step_id']}|{row['rejected'][0]['content']}"
+        keys.append(key)
+        units.setdefault(key, source)
+    order = list(units)
+    kept, report = cap_sources([(k, units[k]) for k in order], config.max_source_share, config.capped_sources)
+    built.stats["source_cap"] = report.to_dict()
+    if report.dropped:
+        keep = {order[j] for j in kept}
+        built.keep({i for i, key in enumerate(keys) if key in keep}, "source-cap")
+    return built
 
 
 def build_dataset(
@@ -80,6 +107,8 @@ def build_dataset(
         "min_value": config.min_value,
         "synthetic": config.synthetic,
         "synthetic_weight": weight,
+        "max_source_share": config.max_source_share,
+        "capped_sources": config.capped_sources,
         "quarantined": "excluded",
         "memory_prompts": config.memory_prompts,
         "completion": config.completion,
@@ -106,4 +135,13 @@ def build_dataset(
             "dpo_q_threshold": config.dpo_q_threshold,
             "dpo_q_min_support": config.dpo_q_min_support,
         }
-    return write_dataset(out_dir, built, filters, tokens=tokens, max_length=max_length, base_model=base_model)
+    namespace = getattr(bank, "namespace", None)
+    return write_dataset(
+        out_dir,
+        built,
+        filters,
+        tokens=tokens,
+        max_length=max_length,
+        base_model=base_model,
+        namespace=namespace if isinstance(namespace, str) else None,
+    )

@@ -40,6 +40,20 @@ class FinetuneConfig(BaseModel):
         "grows. 0 leaves synthetic experience out, 1 weighs it as real. Callers may pass a lower weight (the "
         "drift monitor's down-weighting); see finetune/synthetic_weight.py.",
     )
+    max_source_share: float = Field(
+        0.34,
+        gt=0,
+        le=1,
+        description="Most share of a dataset's examples (SFT states, DPO pairs) that one capped source may hold "
+        "(as `retrieval.max_source_share` caps an action value's support); examples over it are left out, the "
+        "same ones on every rebuild, and counted as 'source-cap' in the card. With k < 1/share sources the "
+        "share applied is 1/k. 1 turns the cap off; see finetune/source_cap.py.",
+    )
+    capped_sources: Literal["untrusted", "all"] = Field(
+        "untrusted",
+        description="Sources the cap applies to: 'untrusted' caps each import (curator-accepted ones included) "
+        "and each synthesis kind, runs exempt; 'all' caps every run too (a memory many writers share).",
+    )
     accepted_tag: str = Field(
         "accepted", description="The tag that marks a synthetic episode as accepted for training."
     )

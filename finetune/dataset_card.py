@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from crl.finetune.sft_data import BuiltDataset
+from crl.finetune.source_cap import SourceCap
 
 DATA_FILE = "data.jsonl"
 CARD_FILE = "card.json"
@@ -48,6 +49,7 @@ class DatasetCard(BaseModel):
     tokens: dict[str, Any] | None = Field(None, description="Token lengths under the base model's tokenizer.")
     max_length: int | None = Field(None, description="The training max_length chosen from the measured lengths.")
     base_model: str | None = None
+    namespace: str | None = Field(None, description="The memory namespace the rows were read from.")
     source_episode_ids: list[str] = Field(default_factory=list)
     source_step_ids: list[str] = Field(default_factory=list)
 
@@ -85,6 +87,7 @@ def write_dataset(
     tokens: dict[str, Any] | None = None,
     max_length: int | None = None,
     base_model: str | None = None,
+    namespace: str | None = None,
 ) -> DatasetCard:
     """Write `built` as `data.jsonl` plus its card into `out_dir` (created; must be empty or absent).
 
@@ -120,6 +123,7 @@ def write_dataset(
         tokens=tokens,
         max_length=max_length,
         base_model=base_model,
+        namespace=namespace,
         source_episode_ids=built.source_episode_ids,
         source_step_ids=built.source_step_ids,
     )
@@ -196,6 +200,7 @@ def render_card(card: DatasetCard) -> str:
         f"- examples: {card.examples}",
         f"- tasks: {', '.join(card.tasks)}",
         f"- source episodes: {len(card.source_episode_ids)}",
+        *([f"- memory namespace: {card.namespace}"] if card.namespace else []),
         f"- sha256 of {DATA_FILE}: `{card.sha256}`",
         f"- created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(card.created_at))}",
     ]
@@ -203,9 +208,12 @@ def render_card(card: DatasetCard) -> str:
         lines.append(f"- max_length: {card.max_length} tokens (longest example, rounded up)")
     lines += ["", "## Filters", ""] + [f"- {k}: {v}" for k, v in card.filters.items()]
     lines += ["", "## Left out", ""] + ([f"- {k}: {v}" for k, v in card.dropped.items()] or ["- nothing"])
-    if card.stats:
-        lines += ["", "## How the examples were made", ""] + [f"- {k}: {v}" for k, v in card.stats.items()]
+    made = {k: v for k, v in card.stats.items() if k != "source_cap"}
+    if made:
+        lines += ["", "## How the examples were made", ""] + [f"- {k}: {v}" for k, v in made.items()]
     lines += _synthesis_lines(card.stats)
+    if card.stats.get("source_cap"):
+        lines += ["", "## One source's share", ""] + SourceCap(**card.stats["source_cap"]).describe()
     if card.tokens:
         lines += ["", "## Token lengths", ""] + [f"- {k}: {v}" for k, v in card.tokens.items() if k != "too_long"]
     lines += ["", "Load it with `datasets.load_dataset('json', data_files='data.jsonl', split='train')`.", ""]

@@ -94,6 +94,11 @@ class Lineage(BaseModel):
     base_model_path: str
     dataset: DatasetRef
     parent: str | None = Field(None, description="The adapter this one continued training from.")
+    namespace: str | None = Field(
+        None,
+        description="The memory namespace its dataset was built from (None: registered before this was recorded, "
+        "the home's first namespace).",
+    )
     config: dict[str, Any]
     metrics: dict[str, Any] = Field(default_factory=dict)
     created_at: float
@@ -188,6 +193,7 @@ class AdapterRegistry:
                 tasks=card.tasks,
             ),
             parent=parent,
+            namespace=card.namespace,
             config=config,
             metrics={k: v for k, v in metrics.items() if k != "log_history"},
             created_at=time.time(),

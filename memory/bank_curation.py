@@ -20,6 +20,14 @@ from typing import Any
 import numpy as np
 
 from crl.memory.actors import credited_under_older_actor
+from crl.memory.contamination import (
+    MALICIOUS,
+    DerivedRule,
+    MaliciousReport,
+    derived_rules,
+    malicious_marks,
+    synthetic_children,
+)
 from crl.memory.curation import EvictionCandidate, plan_eviction
 from crl.memory.records import (
     KINDS,
@@ -48,6 +56,20 @@ def _rule_trace(delta: float, provenance: Sequence[str], reflection: str | None)
     if reflection:
         out["reflection"] = reflection
     return out
+
+
+def _fill_rule(rule: DerivedRule, found: Any) -> None:
+    """Copy a derived rule's current text, scope, score and tier from the bank (when it still holds it)."""
+    if found is None:
+        return
+    record = found.record
+    rule.text, rule.scope, rule.score, rule.tier, rule.exists = (
+        record.text,
+        record.scope_label,
+        record.score,
+        record.tier,
+        True,
+    )
 
 
 def as_list(ids: str | Iterable[str]) -> list[str]:
@@ -89,8 +111,66 @@ class CurationMixin:
         return self._set_tier(ids, "quarantine", actor)
 
     def release(self, ids: str | Iterable[str], actor: str | None = None) -> list[str]:
-        """Return records to the regular tier (from golden or quarantine)."""
+        """Return records to the regular tier (from golden or quarantine); a malicious mark on them is cleared."""
         return self._set_tier(ids, "regular", actor)
+
+    def quarantine_malicious(
+        self,
+        ids: str | Iterable[str],
+        reason: str = "",
+        actor: str | None = None,
+        *,
+        with_rules: bool = False,
+        with_synthetic: bool = False,
+    ) -> MaliciousReport:
+        """Quarantine records and mark them malicious in the journal (`memory.contamination`), and
+        report what they contaminated: the rules whose journal names them in its provenance, and
+        the synthetic episodes made from them.
+
+        Args:
+            reason: why, kept in the journal with the mark.
+            with_rules: quarantine (and mark) the derived rules too, in the same journal lock.
+            with_synthetic: quarantine (and mark) the derived synthetic episodes too.
+
+        Returns:
+            The marked ids and the derived rules and synthetic episodes, as the bank holds them now.
+        """
+        rids = self._resolve_all(ids)
+        with self.journal.locked():
+            self.keeper.catch_up()
+            rules = derived_rules(self.state.entries, rids)
+            located = self.view.locate(sorted(rules)) if rules else {}
+            for rid, rule in rules.items():
+                _fill_rule(rule, located.get(rid))
+            synthetic = synthetic_children((r for r, _ in self.view.scan("episode") if r.source == "synthetic"), rids)
+            derived = f"derived from {', '.join(rids)}"
+            entries: list[tuple[str, list[str], dict[str, Any]] | None] = [
+                ("tier", rids, {"tier": "quarantine", MALICIOUS: True} | ({"reason": reason} if reason else {}))
+            ]
+            quarantined_rules = [r.id for r in rules.values() if r.exists] if with_rules else []
+            quarantined_synthetic = [sid for sid, _ in synthetic if sid not in rids] if with_synthetic else []
+            for extra in (quarantined_rules, quarantined_synthetic):
+                if extra:
+                    entries.append(("tier", extra, {"tier": "quarantine", MALICIOUS: True, "reason": derived}))
+            self.write_once(entries, actor)
+            for rid in quarantined_rules:
+                rules[rid].tier = "quarantine"
+        return MaliciousReport(
+            ids=rids,
+            reason=reason,
+            rules=list(rules.values()),
+            synthetic=[
+                {"id": sid, "parents": parents, "quarantined": sid in quarantined_synthetic or sid in rids}
+                for sid, parents in synthetic
+            ],
+            rules_quarantined=quarantined_rules,
+            synthetic_quarantined=quarantined_synthetic,
+        )
+
+    def malicious(self) -> dict[str, Any]:
+        """The records marked malicious now (`memory.contamination.malicious_marks`), by id."""
+        self.keeper.refresh()
+        return malicious_marks(self.state.entries)
 
     def rm(self, ids: str | Iterable[str], reason: str = "removed by user", actor: str | None = None) -> list[str]:
         """Delete records (an episode with its steps); `sync` will not bring them back."""

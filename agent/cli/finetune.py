@@ -366,37 +366,69 @@ def gate_text(gate: dict | None) -> str:
     return "-" if gate is None else f"{gate['candidate_rate']:.0%} vs {gate['current_rate']:.0%}"
 
 
+def adapter_flags(row: dict[str, Any]) -> Text:
+    """The flags cell: malicious data (its own or a parent's), then the other since-quarantined sources."""
+    from crl.memory.contamination import is_marked
+
+    flags = Text()
+    if row.get("malicious_sources"):
+        flags.append(f"trained on {len(row['malicious_sources'])} malicious record(s)", style="bold red")
+    elif row.get("malicious_via"):
+        flags.append(f"parent {row['malicious_via']} trained on malicious data", style="bold red")
+    malicious = set(row.get("malicious_sources") or [])
+    quarantined = [i for i in row.get("quarantined_sources") or [] if not is_marked(i, malicious)]
+    if quarantined:
+        flags.append("; " if flags else "")
+        flags.append(f"{len(quarantined)} quarantined source(s)", style="magenta")
+    return flags
+
+
 ADAPTER_COLUMNS = [
     Col("id"),
     Col("kind", drop=3),
+    Col("namespace", drop=6),
     Col("parent", drop=4),
     Col("dataset", drop=5, fmt=None),
     Col("gate", drop=2, fmt=gate_text),
     Col("promoted", "", fmt=lambda p: Text("promoted", style="bold green") if p else Text("")),
-    Col(
-        "quarantined_sources",
-        "flags",
-        drop=1,
-        fmt=lambda q: Text(f"{len(q)} quarantined source(s)", style="magenta") if q else Text(""),
-    ),
+    Col("flags", drop=1, fmt=lambda f: f),
 ]
 
 
+def malicious_taints(settings, registry) -> dict[str, Any]:
+    """Each adapter's contamination by records marked malicious, read from the journals (no store lock)."""
+    from crl.finetune.contamination import adapter_taints, home_marks
+
+    return adapter_taints(registry, home_marks(settings.memory_dir))
+
+
 @command(adapters_app, "ls")
-def adapters_ls(as_json: bool = JsonOpt) -> None:
-    """Adapters with lineage; promoted ones marked, and those trained on since-quarantined memories flagged."""
+def adapters_ls(
+    contaminated: bool = typer.Option(
+        False, "--contaminated", help="Only adapters trained on records marked malicious (or continued from one)."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Adapters with lineage; promoted ones marked; those trained on records marked malicious (by
+    `crl memory quarantine --malicious`, or continued from such an adapter) and on since-quarantined
+    memories flagged."""
     settings, registry = registry_of_settings()
     quarantined = quarantined_sources(settings)
+    taints = malicious_taints(settings, registry)
     rows = []
     for a in registry.ls():
         card = registry.card(a.id)
         tainted = sorted(set(card.source_episode_ids + card.source_step_ids) & quarantined) if quarantined else []
+        taint = taints[a.id]
+        if contaminated and not taint.contaminated:
+            continue
         last_gate = a.gate[-1] if a.gate else None
         rows.append(
             {
                 "id": a.id,
                 "kind": a.kind,
                 "base_model": a.base_model,
+                "namespace": a.namespace,
                 "parent": a.parent,
                 "dataset": a.dataset.name,
                 "examples": a.dataset.examples,
@@ -409,9 +441,12 @@ def adapters_ls(as_json: bool = JsonOpt) -> None:
                     "current_rate": last_gate.current_rate,
                 },
                 "quarantined_sources": tainted,
+                "malicious_sources": taint.records,
+                "malicious_via": taint.via,
+                "contaminated": taint.contaminated,
             }
         )
-    shown = [r | {"dataset": f"{r['dataset']} ({r['examples']})"} for r in rows]
+    shown = [r | {"dataset": f"{r['dataset']} ({r['examples']})", "flags": adapter_flags(r)} for r in rows]
     emit(rows, as_json, lambda: fitted_table(shown, ADAPTER_COLUMNS, out.width, f"adapters in {registry.root}"))
 
 
@@ -419,12 +454,17 @@ def adapters_ls(as_json: bool = JsonOpt) -> None:
 def adapters_show(
     adapter: str = typer.Argument(..., help="Adapter id or unique prefix."), as_json: bool = JsonOpt
 ) -> None:
-    """An adapter's full lineage: base model, dataset, parent, config, metrics, gate decisions."""
-    _, registry = registry_of_settings()
+    """An adapter's full lineage: base model, dataset, parent, config, metrics, gate decisions, and the
+    records marked malicious its data included."""
+    settings, registry = registry_of_settings()
     lineage = registry.get(adapter)
+    taint = malicious_taints(settings, registry)[lineage.id]
     data = lineage.model_dump(mode="json") | {
         "path": str(registry.adapter_dir(lineage.id)),
         "promoted": registry.promoted(lineage.base_model) == lineage.id,
+        "malicious_sources": taint.records,
+        "malicious_via": taint.via,
+        "contaminated": taint.contaminated,
     }
 
     def render() -> Table:
@@ -432,12 +472,18 @@ def adapters_show(
         table = Table(title=f"adapter {lineage.id}", show_header=False, title_justify="left")
         table.add_column(no_wrap=True)
         table.add_column()
-        for key in ("kind", "base_model", "parent", "path", "promoted"):
-            table.add_row(key, Text(str(data[key])))
+        for key in ("kind", "base_model", "namespace", "parent", "path", "promoted"):
+            table.add_row(key, Text(str(data[key] if data[key] is not None else "-")))
         table.add_row(
             "dataset",
             f"{lineage.dataset.name} ({lineage.dataset.examples} examples, sha256 {lineage.dataset.sha256[:12]})",
         )
+        if taint.records:
+            table.add_row(
+                "malicious", Text(f"trained on {', '.join(taint.records)} (marked malicious)", style="bold red")
+            )
+        if taint.via:
+            table.add_row("malicious", Text(f"continued from {taint.via}, trained on malicious data", style="bold red"))
         table.add_row("created", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lineage.created_at)))
         table.add_row(
             "metrics",

@@ -22,6 +22,7 @@ from crl.agent.cli.common import (
     YesOpt,
     choices,
     confirm,
+    effective_settings,
     emit,
     err,
     open_bank,
@@ -181,9 +182,35 @@ def pin(ids: list[str] = IdsArg, memory_url: str | None = MemoryUrlOpt, as_json:
 
 
 @command("quarantine")
-def quarantine(ids: list[str] = IdsArg, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
+def quarantine(
+    ids: list[str] = IdsArg,
+    malicious: bool = typer.Option(
+        False,
+        "--malicious",
+        help="Mark them malicious in the journal and list what they contaminated: derived rules, synthetic "
+        "episodes, adapters trained on them.",
+    ),
+    reason: str = typer.Option("", "--reason", help="With --malicious: why (kept in the journal with the mark)."),
+    with_rules: bool = typer.Option(False, "--with-rules", help="With --malicious: quarantine the derived rules too."),
+    with_synthetic: bool = typer.Option(
+        False, "--with-synthetic", help="With --malicious: quarantine the synthetic episodes made from them too."
+    ),
+    memory_url: str | None = MemoryUrlOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """Keep records out of retrieval and fine-tuning data (they stay until removed)."""
-    curate(memory_url, as_json, "quarantined", lambda bank: bank.quarantine(ids))
+    if not malicious:
+        if reason or with_rules or with_synthetic:
+            raise ValueError("--reason, --with-rules and --with-synthetic go with --malicious")
+        curate(memory_url, as_json, "quarantined", lambda bank: bank.quarantine(ids))
+        return
+    from crl.agent.contamination_view import contamination_report, render_contamination
+    from crl.finetune.registry import AdapterRegistry
+
+    with open_bank(memory_url) as bank:
+        report = bank.quarantine_malicious(ids, reason, with_rules=with_rules, with_synthetic=with_synthetic)
+        data = contamination_report(bank, report, AdapterRegistry.of(effective_settings()))
+    emit(data, as_json, lambda: render_contamination(out, data))
 
 
 @command("release")
