@@ -289,6 +289,7 @@ def resume_run(
     settings the run started with. The bank is opened (and its lock taken) before the model loads."""
     store = find_run(run_stores(settings), run_id)
     info = store.load(run_id)
+    store.check_free(info)
     started_in = ((info.settings or {}).get("memory") or {}).get("namespace")
     if started_in and started_in != settings.memory.namespace:
         raise ValueError(
@@ -323,6 +324,12 @@ def resume_run(
                 retry.logged = logged_retry
                 plans.append(retry)
     info.status, info.error = "running", None
+    try:
+        store.claim(info)
+    except BaseException:
+        if bank is not None:
+            bank.close()
+        raise
     return _execute(settings, store, info, plans, model, progress, on_episode_end, bank)
 
 

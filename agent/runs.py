@@ -1,5 +1,13 @@
 """Runs on disk: `<home>/runs/<run_id>/run.json` (what was asked) and `episodes.jsonl` (the
-episode log). A run can be listed, shown and resumed from these two files alone."""
+episode log). A run can be listed, shown and resumed from these two files alone.
+
+A run records its writer (pid, host, and the process's start time, so a recycled pid is not
+mistaken for it). A run whose `run.json` still says "running" but whose writer is gone from this
+host (killed with SIGKILL, crashed, the machine rebooted) is read back as "interrupted":
+`--resume` continues it. A run written on another host cannot be checked from here and stays
+"running"; its heartbeat (`RunStore.last_active`: when its log or `run.json` last changed) says
+how long ago it last did anything.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +59,64 @@ class RunInfo:
     scoring: dict[str, Any] | None = None
     synthesis: dict[str, Any] | None = None
     tools: dict[str, Any] | None = None
+    pid: int | None = None
+    host: str | None = None
+    pid_started: int | None = None
+
+    @property
+    def namespace(self) -> str | None:
+        """The memory namespace the run learns into (None: a run logged before namespaces)."""
+        ns = ((self.settings or {}).get("memory") or {}).get("namespace")
+        return ns if isinstance(ns, str) and ns else None
+
+
+def process_started(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, from /proc), or None where unknown.
+
+    Returns None for a zombie too: a killed process its parent has not reaped is gone.
+    """
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw.rsplit(")", 1)[-1].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def writer_alive(pid: int, started: int | None) -> bool:
+    """Whether process `pid` (which started at `started`, when known) still runs on this host."""
+    if pid <= 0:
+        return False
+    if Path("/proc/self/stat").exists():
+        now = process_started(pid)
+        return now is not None and (started is None or now == started)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def writer_gone(info: RunInfo) -> bool:
+    """Whether a run that says it is running was written by a process of this host that is gone."""
+    if info.status != "running" or info.pid is None or info.host != socket.gethostname():
+        return False
+    if info.pid == os.getpid() and info.pid_started == process_started(os.getpid()):
+        return False
+    return not writer_alive(info.pid, info.pid_started)
+
+
+def writer_live_elsewhere(info: RunInfo) -> bool:
+    """Whether another live process of this host is writing the run now."""
+    if info.status != "running" or info.pid is None or info.host != socket.gethostname():
+        return False
+    if info.pid == os.getpid():
+        return False
+    return writer_alive(info.pid, info.pid_started)
 
 
 @dataclass
@@ -91,11 +158,43 @@ class RunStore:
         return self.path(run_id) / LOG_FILE
 
     def create(self, info: RunInfo) -> Path:
-        """Create the run folder and write `run.json`."""
+        """Create the run folder and write `run.json`, naming this process as its writer."""
         p = self.path(info.run_id)
         p.mkdir(parents=True, exist_ok=False)
-        self.save(info)
+        self.claim(info)
         return p
+
+    def check_free(self, info: RunInfo) -> None:
+        """Refuse to write a run that another live process of this host is writing.
+
+        Raises:
+            ValueError: that process still runs (naming its pid).
+        """
+        if writer_live_elsewhere(info):
+            raise ValueError(
+                f"run {info.run_id} is still running (pid {info.pid} on {info.host}); "
+                "wait for it to end, or stop it, before resuming it"
+            )
+
+    def claim(self, info: RunInfo) -> None:
+        """Record this process as the run's writer (pid, host, start time) and save `run.json`.
+
+        Raises:
+            ValueError: another live process of this host is writing the run.
+        """
+        self.check_free(info)
+        info.pid, info.host, info.pid_started = os.getpid(), socket.gethostname(), process_started(os.getpid())
+        self.save(info)
+
+    def last_active(self, run_id: str) -> float | None:
+        """The run's heartbeat: when its episode log (flushed every step) or `run.json` last changed."""
+        times = []
+        for name in (LOG_FILE, RUN_FILE):
+            try:
+                times.append((self.path(run_id) / name).stat().st_mtime)
+            except OSError:
+                continue
+        return max(times) if times else None
 
     def save(self, info: RunInfo) -> None:
         """Write `run.json` atomically."""
@@ -109,11 +208,15 @@ class RunStore:
             raise
 
     def load(self, run_id: str) -> RunInfo:
-        """The run's `run.json`, or a clear error naming `crl runs`."""
+        """The run's `run.json` ("interrupted" when it says running but its writer is gone), or a
+        clear error naming `crl runs`."""
         p = self.path(run_id) / RUN_FILE
         if not p.exists():
             raise FileNotFoundError(f"no run {run_id!r} under {self.dir} (see `crl runs`)")
-        return RunInfo(**json.loads(p.read_text()))
+        info = RunInfo(**json.loads(p.read_text()))
+        if writer_gone(info):
+            info.status = "interrupted"
+        return info
 
     def episodes(self, run_id: str) -> list[Episode]:
         """Every episode in the run's log, finished or not."""

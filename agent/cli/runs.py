@@ -2,44 +2,97 @@
 
 from __future__ import annotations
 
+import time
+
 import typer
+from rich.text import Text
 
 from crl.agent.cli.common import Col, JsonOpt, command, effective_settings, emit, out
 
 app = typer.Typer()
 
+
+def ago(seconds: float | None) -> str:
+    """How long ago, for people: `12 s`, `5 min`, `3 h`, `2 d` (- when unknown)."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 RUN_COLUMNS = [
     Col("run_id"),
+    Col("namespace", drop=6),
     Col("kind", drop=2),
     Col("task"),
     Col("model", drop=4),
-    Col("status", drop=3),
+    Col("status", drop=3, fmt=lambda s: Text(s, style="yellow") if s == "interrupted" else Text(s)),
     Col("episodes", right=True, drop=1),
     Col("success_rate", "success", right=True, fmt=lambda r: f"{r:.0%}"),
+    Col("last_active", "last active", right=True, drop=5, fmt=lambda t: ago(None if t is None else time.time() - t)),
 ]
 
 
-@command(app)
-def runs(as_json: bool = JsonOpt) -> None:
-    """List runs with their outcome so far."""
-    from crl.agent.runs import run_stores, summarise
+def run_namespace_of(info, primary: str) -> str:
+    """The namespace a run learns into (a run that records none: the home's first namespace)."""
+    return info.namespace or primary
 
-    stores = run_stores(effective_settings())
+
+@command(app)
+def runs(
+    all_namespaces: bool = typer.Option(
+        False, "--all-namespaces", "-A", help="Runs of every memory namespace of the home, with a namespace column."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """List runs (of this memory namespace) with their outcome so far; a run whose process died is "interrupted"."""
+    from crl.agent.runs import run_stores, summarise
+    from crl.memory.storage.namespaces import DEFAULT, primary_namespace
+
+    settings = effective_settings()
+    stores = run_stores(settings)
+    primary = primary_namespace(settings.memory_dir) or DEFAULT
     rows = []
     for store, info in sorted(((s, i) for s in stores for i in s.list()), key=lambda si: si[1].run_id):
+        namespace = run_namespace_of(info, primary)
+        if not all_namespaces and namespace != settings.memory.namespace:
+            continue
         s = summarise(store.episodes(info.run_id))
         rows.append(
             {
                 "run_id": info.run_id,
+                "namespace": namespace,
                 "kind": info.kind,
                 "task": info.task,
                 "model": info.model,
                 "status": info.status,
                 "episodes": f"{s.finished}/{len(info.seeds)}",
                 "success_rate": s.success_rate,
+                "pid": info.pid,
+                "host": info.host,
+                "last_active": store.last_active(info.run_id),
             }
         )
-    emit(rows, as_json, RUN_COLUMNS, title=f"runs in {stores[0].dir.parent}")
+    columns = RUN_COLUMNS if all_namespaces else [c for c in RUN_COLUMNS if c.key != "namespace"]
+    where = "every namespace" if all_namespaces else f"namespace {settings.memory.namespace}"
+    emit(rows, as_json, columns, title=f"runs in {stores[0].dir.parent} ({where})")
+
+
+def run_status_line(store, info) -> Text:
+    """One line on a run for people: task, status (why it is interrupted), writer and heartbeat."""
+    line = Text.assemble(("run ", "bold"), (info.run_id, "bold"), f" · {info.kind} {info.task} · ")
+    line.append(info.status, style="yellow" if info.status == "interrupted" else "")
+    if info.pid is not None:
+        line.append(f" · pid {info.pid} on {info.host}")
+    if info.status == "interrupted":
+        line.append(f" (its process is gone; continue with `crl run --resume {info.run_id}`)", style="yellow")
+    last = store.last_active(info.run_id)
+    if last is not None:
+        line.append(f" · last active {ago(time.time() - last)} ago")
+    return line
 
 
 @command(app)
@@ -53,6 +106,7 @@ def show(
     from crl.agent.runs import find_run, run_stores
 
     store = find_run(run_stores(effective_settings()), run_id)
+    info = store.load(run_id)
     episodes = store.episodes(run_id)
     if episode is not None:
         wanted = f"{run_id}-{episode:04d}"
@@ -61,6 +115,7 @@ def show(
             raise ValueError(f"run {run_id} has no episode {episode}")
 
     def render() -> None:
+        out.print(run_status_line(store, info), highlight=False)
         for e in episodes:
             render_episode(out, e)
 
