@@ -112,6 +112,9 @@ class ExperienceBank(CurationMixin):
         actor: who the journal says made changes (default `user@host`).
         rebuild_on_model_change: re-embed everything when the store was embedded with a
             different model, instead of refusing to open it.
+        lock: the embedded store's owner lock when this process already holds it (another
+            namespace of the same home, opened beside a bank that holds it: `store_lock`);
+            shared, and left held when this bank closes.
 
     Raises:
         StoreLockedError: another process owns this embedded store.
@@ -128,6 +131,7 @@ class ExperienceBank(CurationMixin):
         embedder: TextEmbedder | None = None,
         actor: str | None = None,
         rebuild_on_model_change: bool = False,
+        lock: StoreLock | None = None,
     ):
         self.config = config or MemoryConfig()
         self.root = Path(memory_dir)
@@ -136,7 +140,8 @@ class ExperienceBank(CurationMixin):
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.actor = actor or f"{getpass.getuser()}@{socket.gethostname()}"
         # one embedded Chroma folder holds every namespace of the home: the lock is on the home's memory
-        self._lock = None if self.config.server_mode else StoreLock(self.root, self.config.lock_timeout_s)
+        self._borrowed_lock = lock is not None
+        self._lock = None if self.config.server_mode else (lock or StoreLock(self.root, self.config.lock_timeout_s))
         self._client = None
         self._queue: queue.Queue | None = None
         self._worker: threading.Thread | None = None
@@ -192,6 +197,12 @@ class ExperienceBank(CurationMixin):
         return self.config.namespace
 
     @property
+    def store_lock(self) -> StoreLock | None:
+        """The embedded store's owner lock this bank holds (None in server mode), to open another
+        namespace of the home in this process (`lock=`)."""
+        return self._lock
+
+    @property
     def primary(self) -> bool:
         """Whether this is the home's first namespace (its files at the top of the memory directory)."""
         return self.dir == self.root
@@ -223,7 +234,7 @@ class ExperienceBank(CurationMixin):
                 except Exception:
                     pass
             self._client = None
-        if self._lock is not None:
+        if self._lock is not None and not self._borrowed_lock:
             self._lock.release()
 
     def close(self) -> None:
