@@ -230,7 +230,7 @@ def test_search_and_record_with_history(client):
 def test_curation_is_journalled_as_a_studio_edit_and_seen_by_the_cli(client):
     solved = [r["id"] for r in episodes(client, outcome="success")]
     done = ok(client.post("/api/memories/actions", json={"action": "pin", "ids": solved}))
-    assert done == {"action": "pin", "ids": solved}
+    assert done == {"action": "pin", "namespace": "crl", "ids": solved}
     assert {r["tier"] for r in episodes(client, outcome="success")} == {"golden"}
     ok(client.post("/api/memories/actions", json={"action": "tag", "ids": solved[:1], "tags": ["reviewed"]}))
     assert [r["id"] for r in episodes(client, tag="reviewed")] == solved[:1]

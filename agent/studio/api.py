@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import adapters_view, runs_view
 from .bank_map import COLOURS, MAX_POINTS
-from .memory_view import MAX_PER_PAGE, RecordFilter
+from .memory_view import MAX_PER_PAGE, MemoryView, RecordFilter
 from .studio import Studio
 
 MAX_IDS = 1000
@@ -26,6 +26,15 @@ FILTERS = ("kind", "family", "variant", "outcome", "tier", "source", "skill", "t
 def studio(request: Request) -> Studio:
     """The studio of the app handling `request`."""
     return request.app.state.studio
+
+
+def memory_view(request: Request, namespace: Annotated[str | None, Query(max_length=64)] = None) -> MemoryView:
+    """The memory of the `namespace` query parameter (a namespace of the home; none: the studio's).
+
+    Raises:
+        LookupError: the home has no such namespace.
+    """
+    return studio(request).memory_of(namespace or None)
 
 
 def known_params(*names: str):
@@ -46,9 +55,11 @@ class Strict(BaseModel):
 
 
 class RecordAction(Strict):
-    """A curation command applied to records (`crl memory pin/quarantine/release/tag/untag/rm`)."""
+    """A curation command applied to records (`crl memory pin/quarantine/release/tag/untag/rm`) of
+    one namespace (none: the studio's), journalled in that namespace's journal."""
 
     action: Literal["pin", "quarantine", "release", "tag", "untag", "delete"]
+    namespace: str | None = Field(None, max_length=64)
     ids: list[str] = Field(min_length=1, max_length=MAX_IDS)
     tags: list[str] = Field(default_factory=list, max_length=20)
     reason: str = Field("", max_length=500)
@@ -59,6 +70,7 @@ class RuleAction(Strict):
     """Pin, unpin or delete rules."""
 
     action: Literal["pin", "unpin", "delete"]
+    namespace: str | None = Field(None, max_length=64)
     ids: list[str] = Field(min_length=1, max_length=MAX_IDS)
     confirm: bool = False
 
@@ -73,6 +85,7 @@ class Rollback(Strict):
 
 router = APIRouter(prefix="/api")
 S = Annotated[Studio, Depends(studio)]
+M = Annotated[MemoryView, Depends(memory_view)]
 
 
 def record_filter(
@@ -149,21 +162,27 @@ def experiment(name: str, s: S) -> dict[str, Any]:
 # ---- memory ------------------------------------------------------------------------------
 
 
-@router.get("/memories", dependencies=[known_params(*FILTERS, "sort", "page", "per_page")])
+@router.get("/namespaces", dependencies=[known_params()])
+def namespaces(s: S) -> dict[str, Any]:
+    """The home's memory namespaces (the browser's namespace filter) and other homes' on the server."""
+    return s.namespaces()
+
+
+@router.get("/memories", dependencies=[known_params(*FILTERS, "namespace", "sort", "page", "per_page")])
 def memories(
-    s: S,
+    m: M,
     flt: Annotated[RecordFilter, Depends(record_filter)],
     sort: SortQ = "recent",
     page: Annotated[int, Query(ge=1)] = 1,
     per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 50,
 ) -> dict[str, Any]:
-    """One page of records matching the filters (`crl memory ls`), sorted."""
-    return s.memory.page(flt, sort, page, per_page)
+    """One page of records of a namespace matching the filters (`crl memory ls`), sorted."""
+    return m.page(flt, sort, page, per_page) | {"namespace": m.namespace}
 
 
-@router.get("/search", dependencies=[known_params("q", "k", "family", "kind", "include_quarantine")])
+@router.get("/search", dependencies=[known_params("q", "k", "family", "kind", "include_quarantine", "namespace")])
 def search(
-    s: S,
+    m: M,
     q: Annotated[str, Query(min_length=1, max_length=2000)],
     k: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 20,
     family: str | None = None,
@@ -172,65 +191,67 @@ def search(
 ) -> list[dict[str, Any]]:
     """Semantic search over episodes and steps (`crl memory search`), best first."""
     kinds = ("episode", "step") if kind == "all" else (kind,)
-    return s.memory.search(q, k, family or None, kinds, include_quarantine)
+    return m.search(q, k, family or None, kinds, include_quarantine)
 
 
-@router.get("/memories/{record_id}", dependencies=[known_params()])
-def memory(record_id: str, s: S) -> dict[str, Any]:
+@router.get("/memories/{record_id}", dependencies=[known_params("namespace")])
+def memory(record_id: str, m: M) -> dict[str, Any]:
     """One record in full with its journal."""
-    return s.memory.record(record_id)
+    return m.record(record_id)
 
 
-@router.get("/memories/{record_id}/history", dependencies=[known_params()])
-def memory_history(record_id: str, s: S) -> list[dict[str, Any]]:
+@router.get("/memories/{record_id}/history", dependencies=[known_params("namespace")])
+def memory_history(record_id: str, m: M) -> list[dict[str, Any]]:
     """Every change to a record (`crl memory history`)."""
-    return s.memory.history(record_id)
+    return m.history(record_id)
 
 
 @router.post("/memories/actions", dependencies=[known_params()])
 def memory_action(body: Annotated[RecordAction, Body()], s: S) -> dict[str, Any]:
-    """Pin, quarantine, release, tag, untag or delete records (delete needs `confirm`)."""
-    ids = s.memory.curate(body.action, body.ids, body.tags, body.reason, body.confirm)
-    return {"action": body.action, "ids": ids}
+    """Pin, quarantine, release, tag, untag or delete records of a namespace (delete needs `confirm`)."""
+    m = s.memory_of(body.namespace)
+    ids = m.curate(body.action, body.ids, body.tags, body.reason, body.confirm)
+    return {"action": body.action, "namespace": m.namespace, "ids": ids}
 
 
-@router.get("/map", dependencies=[known_params(*FILTERS, "color", "limit", "seed")])
+@router.get("/map", dependencies=[known_params(*FILTERS, "namespace", "color", "limit", "seed")])
 def memory_map(
-    s: S,
+    m: M,
     flt: Annotated[RecordFilter, Depends(record_filter)],
     color: Literal[COLOURS] = "outcome",  # type: ignore[valid-type]
     limit: Annotated[int, Query(ge=1, le=MAX_POINTS)] = 2000,
     seed: int = 0,
 ) -> dict[str, Any]:
     """The filtered records projected to 2-D by PCA of their stored embeddings (sampled above `limit`)."""
-    return s.memory.bank_map(flt, limit, seed) | {"color": color}
+    return m.bank_map(flt, limit, seed) | {"color": color, "namespace": m.namespace}
 
 
 # ---- rules -------------------------------------------------------------------------------
 
 
-@router.get("/rules", dependencies=[known_params("scope", "include_quarantine")])
-def rules(s: S, scope: str | None = None, include_quarantine: bool = False) -> list[dict[str, Any]]:
+@router.get("/rules", dependencies=[known_params("scope", "include_quarantine", "namespace")])
+def rules(m: M, scope: str | None = None, include_quarantine: bool = False) -> list[dict[str, Any]]:
     """Rules of a scope (and those for every task), highest score first."""
-    return s.memory.rules(scope or None, include_quarantine)
+    return m.rules(scope or None, include_quarantine)
 
 
-@router.get("/rules/{rule_id}", dependencies=[known_params()])
-def rule(rule_id: str, s: S) -> dict[str, Any]:
+@router.get("/rules/{rule_id}", dependencies=[known_params("namespace")])
+def rule(rule_id: str, m: M) -> dict[str, Any]:
     """One rule with its journal and reflections."""
-    return s.memory.rule(rule_id)
+    return m.rule(rule_id)
 
 
-@router.post("/rules/{rule_id}/edit", dependencies=[known_params()])
-def rule_edit(rule_id: str, body: Annotated[RuleEdit, Body()], s: S) -> dict[str, Any]:
+@router.post("/rules/{rule_id}/edit", dependencies=[known_params("namespace")])
+def rule_edit(rule_id: str, body: Annotated[RuleEdit, Body()], m: M) -> dict[str, Any]:
     """Rewrite a rule's text (cleaned as `crl memory rules edit` cleans it)."""
-    return s.memory.edit_rule(rule_id, body.text)
+    return m.edit_rule(rule_id, body.text)
 
 
 @router.post("/rules/actions", dependencies=[known_params()])
 def rule_action(body: Annotated[RuleAction, Body()], s: S) -> dict[str, Any]:
-    """Pin, unpin or delete rules (delete needs `confirm`)."""
-    return {"action": body.action, "ids": s.memory.rule_action(body.action, body.ids, body.confirm)}
+    """Pin, unpin or delete rules of a namespace (delete needs `confirm`)."""
+    m = s.memory_of(body.namespace)
+    return {"action": body.action, "ids": m.rule_action(body.action, body.ids, body.confirm)}
 
 
 # ---- adapters ----------------------------------------------------------------------------

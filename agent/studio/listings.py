@@ -6,6 +6,11 @@ view is a journal entry naming the records it touched, so after new entries only
 are read again (`view.locate`) and put back in place. Each filter set and sort is derived from
 that, matched and ordered exactly as `ls` matches and orders (a test holds them equal).
 
+The first listing of a kind is built in the background (`build`, which `Studio.warm_up` starts)
+without holding the bank's lock, so pages (`memory.storage.paged` reads them straight from the
+view meanwhile), searches and curation are answered while it reads; a request that needs the
+listing waits for that one scan instead of starting another.
+
 Entries that touch records they do not name (a rollback, a run's entries dropped, an episode's
 steps moved with it) make that kind scan again. Records named by another process's entries of
 the last `RECHECK_S` seconds are read again on every refresh, since a process journals an entry
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -149,12 +155,47 @@ class Listings:
     """All records of each kind, scanned once with `ls` and kept current from the journal, and
     per (filter, sort) the records `ls` would return, derived from them when they change."""
 
-    def __init__(self, bank: Any, own_actor: str):
+    def __init__(self, bank: Any, own_actor: str, lock: Any):
         self.bank = bank
         self.own_actor = own_actor
+        self.lock = lock  # the bank's (`MemoryView.lock`)
         self._kinds: dict[str, KindListing] = {}
         self._derived: OrderedDict[tuple, Derived] = OrderedDict()
+        self._building: dict[str, threading.Event] = {}
+        self._guard = threading.Lock()
         self.scans = 0
+
+    def ready(self, kind: str) -> bool:
+        """Whether every record of `kind` has been listed (pages then come from the listing)."""
+        return kind in self._kinds
+
+    def build(self, kind: str) -> None:
+        """List every record of `kind` once, without holding the bank's lock; a caller that finds
+        the scan under way waits for it (call it without holding the bank's lock)."""
+        with self._guard:
+            if kind in self._kinds:
+                return
+            event = self._building.get(kind)
+            mine = event is None
+            if mine:
+                event = self._building[kind] = threading.Event()
+        if not mine:
+            event.wait()
+            return
+        try:
+            with self.lock:  # the studio's own changes are in the view before they release it
+                end = self.bank.journal.end()
+            records = {r.id: r for r in self.bank.ls(kind)}
+            with self.lock:
+                if kind not in self._kinds:
+                    self.scans += 1
+                    self._kinds[kind] = KindListing(records, end)
+            if len(records) >= FREEZE_AT:
+                gc.freeze()  # what is held now stays: later collections need not walk it
+        finally:
+            with self._guard:
+                self._building.pop(kind, None)
+            event.set()
 
     def get(self, flt: Any, sort: str) -> list[AnyRecord]:
         """The records `bank.ls(flt..., sort=sort)` returns now (call it holding the bank's lock)."""

@@ -3,17 +3,20 @@ each a call into the same `ExperienceBank` methods `crl memory` and `crl memory 
 
 Every write passes `STUDIO_ACTOR`, so `crl memory history ID` shows the change as a human
 edit made in the studio. Listings are kept current from the journal (`listings`), so paging,
-sorting and filtering a large bank scan it once per filter set.
+sorting and filtering a large bank scan it once; until that scan is done, a page is read
+straight from the store by `where` filters (`memory.storage.paged`) when its filters allow.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from crl.memory.records import KINDS, AnyRecord, parse_record_id
+from crl.memory.storage.paged import PageQuery, Pager, pageable
 
 from .listings import Listings
 
@@ -79,9 +82,11 @@ class MemoryView:
 
     def __init__(self, bank: Any, max_rule_chars: int):
         self.bank = bank
+        self.namespace: str = bank.namespace
         self.max_rule_chars = max_rule_chars
         self.lock = threading.RLock()
-        self.listings = Listings(bank, STUDIO_ACTOR)
+        self.listings = Listings(bank, STUDIO_ACTOR, self.lock)
+        self.pager = Pager(bank.view)
         self._maps: dict[tuple, tuple[list[AnyRecord], dict[str, Any]]] = {}
 
     # ---- reading -----------------------------------------------------------------------
@@ -91,13 +96,31 @@ class MemoryView:
         flt.check()
         if sort not in SORTS:
             raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
+        if not self.listings.ready(flt.kind):
+            self.listings.build(flt.kind)
         with self.lock:
             return self.listings.get(flt, SORTS[sort])
+
+    def warm_up(self, kinds: Sequence[str] = ("episode",)) -> threading.Thread:
+        """List the bank in the background (a large bank takes seconds); pages are read straight
+        from the store until it is done."""
+
+        def scan() -> None:
+            for kind in kinds:
+                try:
+                    self.listings.build(kind)
+                except Exception as exc:  # a page that needs the listing asks again and shows the error
+                    logging.getLogger(__name__).warning("listing the %s records failed: %s", kind, exc)
+
+        thread = threading.Thread(target=scan, name=f"studio-listing-{self.namespace}", daemon=True)
+        thread.start()
+        return thread
 
     def bank_map(self, flt: RecordFilter, limit: int, seed: int = 0) -> dict[str, Any]:
         """The PCA map of the records matching `flt` (see `bank_map`), kept until the listing changes."""
         from .bank_map import bank_map
 
+        self.listing(flt, "recent")  # the first listing is built without the lock
         with self.lock:
             records = self.listing(flt, "recent")
             key = (flt, limit, seed)
@@ -117,18 +140,35 @@ class MemoryView:
             raise ValueError(f"per_page must be between 1 and {MAX_PER_PAGE}, not {per_page}")
         if page < 1:
             raise ValueError(f"page must be 1 or more, not {page}")
-        records = self.listing(flt, sort)
-        pages = max(1, -(-len(records) // per_page))
+        flt.check()
+        if sort not in SORTS:
+            raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
+        if not self.listings.ready(flt.kind) and pageable(flt.kind, SORTS[sort], flt.source, flt.skill, flt.tag):
+            with self.lock:
+                stamp = self.bank.journal.end()
+                shown, total = self.pager.page(self.page_query(flt, sort), page, per_page, stamp)
+            listed = "store"
+        else:
+            records = self.listing(flt, sort)
+            total = len(records)
+            shown = records[(page - 1) * per_page : page * per_page]
+            listed = "listing"
+        pages = max(1, -(-total // per_page))
         if page > pages:
             raise ValueError(f"page {page} is past the last page ({pages})")
-        shown = records[(page - 1) * per_page : page * per_page]
         return {
-            "total": len(records),
+            "total": total,
             "page": page,
             "pages": pages,
             "per_page": per_page,
+            "listed_from": listed,
             "rows": [record_json(r, with_trajectory=False) for r in shown],
         }
+
+    @staticmethod
+    def page_query(flt: RecordFilter, sort: str) -> PageQuery:
+        """The store-side query of a filter set and sort (`memory.storage.paged`)."""
+        return PageQuery(flt.kind, flt.family, flt.variant, flt.outcome, flt.tier, SORTS[sort])
 
     def search(
         self, text: str, k: int, family: str | None, kinds: Sequence[str], include_quarantine: bool

@@ -13,15 +13,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from . import adapters_view, runs_view
-from .api import FILTERS, SortQ, known_params, record_filter, studio
+from .api import FILTERS, SortQ, known_params, memory_view, record_filter, studio
 from .bank_map import COLOURS
-from .memory_view import MAX_PER_PAGE, SORTS, RecordFilter
+from .memory_view import MAX_PER_PAGE, SORTS, MemoryView, RecordFilter
 from .studio import Studio
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 router = APIRouter()
 S = Annotated[Studio, Depends(studio)]
+M = Annotated[MemoryView, Depends(memory_view)]
 
 
 def when(t: float | None) -> str:
@@ -39,13 +40,23 @@ templates.env.filters["when"] = when
 templates.env.filters["pct"] = pct
 
 
-def page(request: Request, name: str, s: Studio, section: str, **context: Any) -> HTMLResponse:
-    """Render template `name` with the studio's header data and the CSRF token."""
+def page(
+    request: Request, name: str, s: Studio, section: str, m: MemoryView | None = None, **context: Any
+) -> HTMLResponse:
+    """Render template `name` with the studio's header data and the CSRF token; with `m`, the
+    namespace shown (`ns`) and the query that keeps it in links (`nsq`: empty for the default one)."""
+    ns = (m or s.memory).namespace
+    nsq = "" if ns == s.bank.namespace else "?" + urlencode({"namespace": ns})
     return templates.TemplateResponse(
         request,
         name,
-        {"about": s.about(), "csrf": request.app.state.guard.csrf, "section": section} | context,
+        {"about": s.about(), "csrf": request.app.state.guard.csrf, "section": section, "ns": ns, "nsq": nsq} | context,
     )
+
+
+def namespace_names(s: Studio) -> list[str]:
+    """The home's namespaces, for the namespace filter."""
+    return [n["name"] for n in s.namespaces()["namespaces"]] or [s.bank.namespace]
 
 
 @router.get("/", response_class=HTMLResponse, dependencies=[known_params()])
@@ -84,11 +95,14 @@ def filter_query(flt: RecordFilter, **more: Any) -> str:
 
 
 @router.get(
-    "/memories", response_class=HTMLResponse, dependencies=[known_params(*FILTERS, "sort", "page", "per_page", "q")]
+    "/memories",
+    response_class=HTMLResponse,
+    dependencies=[known_params(*FILTERS, "namespace", "sort", "page", "per_page", "q")],
 )
 def memories_page(
     request: Request,
     s: S,
+    m: M,
     flt: Annotated[RecordFilter, Depends(record_filter)],
     sort: SortQ = "recent",
     page_no: Annotated[int, Query(ge=1, alias="page")] = 1,
@@ -99,14 +113,17 @@ def memories_page(
     listing = None
     if q.strip():
         kinds = (flt.kind,) if flt.kind in ("episode", "step") else ("episode", "step")
-        hits = s.memory.search(q, per_page, flt.family, kinds, include_quarantine=flt.tier == "quarantine")
+        hits = m.search(q, per_page, flt.family, kinds, include_quarantine=flt.tier == "quarantine")
     else:
-        listing = s.memory.page(flt, sort, page_no, per_page)
+        listing = m.page(flt, sort, page_no, per_page)
+    shown_ns = m.namespace if m.namespace != s.bank.namespace else None
     return page(
         request,
         "memories.html",
         s,
         "memories",
+        m,
+        namespaces=namespace_names(s),
         flt=flt,
         sort=sort,
         sorts=list(SORTS),
@@ -114,56 +131,63 @@ def memories_page(
         hits=hits,
         listing=listing,
         per_page=per_page,
-        families=s.memory.families(),
-        query=lambda **more: filter_query(flt, sort=sort, per_page=per_page, **more),
+        families=m.families(),
+        query=lambda **more: filter_query(flt, namespace=shown_ns, sort=sort, per_page=per_page, **more),
     )
 
 
-@router.get("/memories/{record_id}", response_class=HTMLResponse, dependencies=[known_params()])
-def memory_page(request: Request, record_id: str, s: S):
+@router.get("/memories/{record_id}", response_class=HTMLResponse, dependencies=[known_params("namespace")])
+def memory_page(request: Request, record_id: str, s: S, m: M):
     if record_id.startswith("ru:"):
-        return RedirectResponse(f"/rules/{record_id}", status_code=303)
-    return page(request, "memory.html", s, "memories", data=s.memory.record(record_id))
+        suffix = "" if m.namespace == s.bank.namespace else "?" + urlencode({"namespace": m.namespace})
+        return RedirectResponse(f"/rules/{record_id}{suffix}", status_code=303)
+    return page(request, "memory.html", s, "memories", m, data=m.record(record_id))
 
 
-@router.get("/map", response_class=HTMLResponse, dependencies=[known_params(*FILTERS, "color", "limit")])
+@router.get("/map", response_class=HTMLResponse, dependencies=[known_params(*FILTERS, "namespace", "color", "limit")])
 def map_page(
     request: Request,
     s: S,
+    m: M,
     flt: Annotated[RecordFilter, Depends(record_filter)],
     color: str = "outcome",
     limit: Annotated[int, Query(ge=1, le=5000)] = 2000,
 ):
     if color not in COLOURS:
         raise ValueError(f"color must be one of {', '.join(COLOURS)}, not {color!r}")
+    shown_ns = m.namespace if m.namespace != s.bank.namespace else None
     return page(
         request,
         "map.html",
         s,
         "map",
+        m,
+        namespaces=namespace_names(s),
         flt=flt,
         color=color,
         colours=COLOURS,
         limit=limit,
-        families=s.memory.families(),
-        api=f"/api/map?{filter_query(flt, color=color, limit=limit)}",
+        families=m.families(),
+        api=f"/api/map?{filter_query(flt, namespace=shown_ns, color=color, limit=limit)}",
     )
 
 
-@router.get("/rules", response_class=HTMLResponse, dependencies=[known_params("scope", "include_quarantine")])
-def rules_page(request: Request, s: S, scope: str = "", include_quarantine: bool = False):
-    rules = s.memory.rules(scope or None, include_quarantine)
+@router.get(
+    "/rules", response_class=HTMLResponse, dependencies=[known_params("scope", "include_quarantine", "namespace")]
+)
+def rules_page(request: Request, s: S, m: M, scope: str = "", include_quarantine: bool = False):
+    rules = m.rules(scope or None, include_quarantine)
     by_scope: dict[str, list[dict[str, Any]]] = {}
     for r in rules:
         by_scope.setdefault(r["scope_label"], []).append(r)
     return page(
-        request, "rules.html", s, "rules", by_scope=by_scope, scope=scope, include_quarantine=include_quarantine
+        request, "rules.html", s, "rules", m, by_scope=by_scope, scope=scope, include_quarantine=include_quarantine
     )
 
 
-@router.get("/rules/{rule_id}", response_class=HTMLResponse, dependencies=[known_params()])
-def rule_page(request: Request, rule_id: str, s: S):
-    return page(request, "rule.html", s, "rules", data=s.memory.rule(rule_id))
+@router.get("/rules/{rule_id}", response_class=HTMLResponse, dependencies=[known_params("namespace")])
+def rule_page(request: Request, rule_id: str, s: S, m: M):
+    return page(request, "rule.html", s, "rules", m, data=m.rule(rule_id))
 
 
 @router.get("/adapters", response_class=HTMLResponse, dependencies=[known_params()])

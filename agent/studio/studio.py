@@ -1,9 +1,10 @@
-"""What one studio process holds: the settings, the open experience bank (an embedded store's
-lock with it), the run stores, the adapter registry and the experiment results folders."""
+"""What one studio process holds: the settings, the open experience banks (the default
+namespace's first, with an embedded store's lock; each other namespace of the home opened when
+first asked for, sharing that lock), the run stores, the adapter registry and the experiment
+results folders."""
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -35,14 +36,19 @@ class Studio:
         self.stores = run_stores(settings)
         self.registry = AdapterRegistry.of(settings)
         self.results = [Path(r) for r in results]
-        self.memory = MemoryView(self.bank, reflect_config(settings).max_rule_chars)
+        self.max_rule_chars = reflect_config(settings).max_rule_chars
+        self.memory = MemoryView(self.bank, self.max_rule_chars)
+        self._views: dict[str, MemoryView] = {self.bank.namespace: self.memory}
+        self._opened: list[Any] = []  # banks of other namespaces, opened on demand
+        self._open_lock = threading.Lock()
+        self._warm = False
         if self.embedded and self._own_bank:
             self._name_lock_owner()
 
     def _name_lock_owner(self) -> None:
         """Say in the embedded store's owner file that the studio holds it: a `crl run` refused
         the store names the studio in its error (which also says how to share it: server mode)."""
-        owner = self.bank.dir / "lock.owner"
+        owner = self.bank.root / "lock.owner"
         if owner.exists():
             owner.write_text(f"crl studio (pid {os.getpid()} on {socket.gethostname()})\n")
 
@@ -71,18 +77,63 @@ class Studio:
         }
 
     def warm_up(self) -> threading.Thread:
-        """Scan the episodes in the background (a large bank takes seconds), so the first page is quick."""
-        from .memory_view import RecordFilter
+        """List the episodes in the background (a large bank takes seconds; pages are read straight
+        from the store meanwhile); namespaces opened later are listed as they open."""
+        self._warm = True
+        return self.memory.warm_up()
 
-        def scan() -> None:
-            try:
-                self.memory.listing(RecordFilter(), "recent")
-            except Exception as exc:  # the first page asks again and shows the error
-                logging.getLogger(__name__).warning("warming up the memory listing failed: %s", exc)
+    def namespaces(self) -> dict[str, Any]:
+        """The home's namespaces (`name`, `primary`, `in_store`, `open`: opened by this studio) and
+        the namespaces the store holds for other homes (listed, never opened from here)."""
+        from crl.memory.storage.namespaces_list import home_namespaces
 
-        thread = threading.Thread(target=scan, name="studio-warm-up", daemon=True)
-        thread.start()
-        return thread
+        with self.memory.lock:
+            infos, others = home_namespaces(self.bank.root, self.bank.view.client)
+        rows = [
+            {"name": i.name, "primary": i.primary, "in_store": i.in_store, "open": i.name in self._views} for i in infos
+        ]
+        return {"default": self.bank.namespace, "namespaces": rows, "other_homes": others}
+
+    def memory_of(self, namespace: str | None) -> MemoryView:
+        """The memory view of `namespace` of this home (None: the studio's default), its bank opened
+        on first use (sharing the embedded store's lock) and kept open until the studio closes.
+
+        Raises:
+            LookupError: the home has no such namespace.
+        """
+        if not namespace or namespace == self.bank.namespace:
+            return self.memory
+        view = self._views.get(namespace)
+        if view is not None:
+            return view
+        with self._open_lock:
+            view = self._views.get(namespace)
+            if view is None:
+                view = self._open(namespace)
+        return view
+
+    def _open(self, namespace: str) -> MemoryView:
+        from crl.memory.bank import ExperienceBank
+
+        known = [n["name"] for n in self.namespaces()["namespaces"]]
+        if namespace not in known:
+            raise LookupError(
+                f"no memory namespace {namespace!r} in {self.settings.home}; this home has {', '.join(known) or 'none'}"
+            )
+        bank = ExperienceBank(
+            self.bank.root,
+            runs_dir=self.bank.runs_dir,
+            config=self.bank.config.model_copy(update={"namespace": namespace}),
+            embedder=self.bank.embedder.inner,
+            actor=STUDIO_ACTOR,
+            lock=self.bank.store_lock,
+        )
+        view = MemoryView(bank, self.max_rule_chars)
+        self._opened.append(bank)
+        self._views[namespace] = view
+        if self._warm:
+            view.warm_up()
+        return view
 
     def quarantined(self) -> set[str]:
         """Record ids now quarantined (to flag adapters trained on them), as `crl adapters ls` computes them."""
@@ -92,6 +143,9 @@ class Studio:
             return quarantined_ids(self.bank)
 
     def close(self) -> None:
-        """Release the bank (and its lock) if the studio opened it."""
+        """Close the other namespaces' banks, then release the default one (and its lock) if the studio opened it."""
+        for bank in self._opened:
+            bank.close()
+        self._opened = []
         if self._own_bank:
             self.bank.close()

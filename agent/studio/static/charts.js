@@ -56,7 +56,7 @@ function lineChart(svg, series, opts) {
 }
 
 // points: [{id, x, y, ...}] coloured by point[colourBy]; each point links to its memory.
-function scatterMap(svg, points, colourBy, legend) {
+function scatterMap(svg, points, colourBy, legend, query) {
   clearSvg(svg);
   const { w, h } = viewSize(svg);
   const pad = 16;
@@ -67,7 +67,7 @@ function scatterMap(svg, points, colourBy, legend) {
   const groups = [...new Set(points.map(p => String(p[colourBy])))].sort();
   const colour = Object.fromEntries(groups.map((g, i) => [g, colourBy === "family" ? PALETTE[i % PALETTE.length] : (FIXED[g] || PALETTE[i % PALETTE.length])]));
   for (const p of points) {
-    const a = svgEl("a", { href: "/memories/" + encodeURIComponent(p.id), class: "point" }, svg);
+    const a = svgEl("a", { href: "/memories/" + encodeURIComponent(p.id) + (query || ""), class: "point" }, svg);
     const c = svgEl("circle", { cx: X(p.x), cy: Y(p.y), r: points.length > 2000 ? 2.2 : 4, fill: colour[String(p[colourBy])], "fill-opacity": 0.8, "data-id": p.id }, a);
     svgEl("title", {}, c).textContent = `${p.id} (${p[colourBy]})\n${p.label || ""}`;
   }

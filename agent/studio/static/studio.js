@@ -1,6 +1,7 @@
 // The studio's page behaviour: curation requests (with the CSRF token), confirmation, charts, live progress.
 "use strict";
 const csrf = () => document.querySelector('meta[name="csrf-token"]').content;
+const meta = name => (document.querySelector(`meta[name="${name}"]`) || {}).content || "";
 
 function flash(message, bad) {
   const el = document.getElementById("flash");
@@ -44,7 +45,7 @@ async function curate(bar, action) {
   const ids = selectedIds(bar);
   if (!ids.length) { flash("select records first", true); return; }
   const rules = bar.dataset.kind === "rule";
-  const body = { action, ids };
+  const body = { action, ids, namespace: meta("crl-namespace") || null };
   if (action === "tag" || action === "untag") {
     const tag = (document.getElementById("bulk-tag").value || "").trim();
     if (!tag) { flash("type a tag first", true); return; }
@@ -57,7 +58,7 @@ async function curate(bar, action) {
   try {
     const done = await send(rules ? "/api/rules/actions" : "/api/memories/actions", body);
     flash(`${action}: ${done.ids.length} ${rules ? "rule" : "record"}(s)`);
-    if (action === "delete" && bar.dataset.ids) { location.href = rules ? "/rules" : "/memories"; return; }
+    if (action === "delete" && bar.dataset.ids) { location.href = (rules ? "/rules" : "/memories") + meta("crl-namespace-query"); return; }
     setTimeout(() => location.reload(), 400);
   } catch (e) { flash(e.message, true); }
 }
@@ -78,7 +79,7 @@ function wireCuration() {
   if (edit) edit.addEventListener("submit", async ev => {
     ev.preventDefault();
     try {
-      const done = await send(`/api/rules/${encodeURIComponent(edit.dataset.rule)}/edit`, { text: document.getElementById("rule-text").value });
+      const done = await send(`/api/rules/${encodeURIComponent(edit.dataset.rule)}/edit${meta("crl-namespace-query")}`, { text: document.getElementById("rule-text").value });
       flash("saved: " + done.text);
       setTimeout(() => location.reload(), 400);
     } catch (e) { flash(e.message, true); }
@@ -166,7 +167,7 @@ async function drawMap() {
     const data = await r.json();
     if (!r.ok) throw new Error(data.error);
     if (!data.points.length) { caption.textContent = "Nothing to map: no stored records match."; return; }
-    crlCharts.scatterMap(document.getElementById("map-svg"), data.points, data.color, document.getElementById("map-legend"));
+    crlCharts.scatterMap(document.getElementById("map-svg"), data.points, data.color, document.getElementById("map-legend"), meta("crl-namespace-query"));
     const ev = data.explained.map(v => Math.round(v * 100) + "%").join(" + ");
     caption.textContent = `${data.sampled} of ${data.total} records` + (data.sampled < data.total ? " (a uniform sample)" : "") +
       `, PCA of their stored embeddings (axes explain ${ev} of the variance); click a point to open the memory.`;
