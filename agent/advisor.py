@@ -122,23 +122,33 @@ class MemoryAdvisor:
     ) -> dict[str, MemoryAdvantage]:
         """Memory's advantage of each admissible action in this state (for the posterior policy):
         what followed it in the nearest stored states minus what followed any action there
-        (`untried`: the optimistic q of actions none of them took, see `memory_advantages`)."""
-        if pack is None or not pack.neighbours:
+        (`untried`: the optimistic q of actions none of them took, see `memory_advantages`).
+        With `same_task`, a pack retrieved for a purpose (`ContextPack.purpose_neighbours`) is
+        valued by the steps that worked toward that sub-goal in any task of the family; otherwise
+        by the steps of the same task."""
+        purposeful = same_task and pack is not None and pack.purpose_neighbours is not None
+        neighbours = (pack.purpose_neighbours if purposeful else pack.neighbours) if pack is not None else None
+        if not neighbours:
             return {}
         return memory_advantages(
-            pack.neighbours,
+            neighbours,
             admissible,
             self.retriever.config,
-            task=task if same_task else None,
+            task=task if same_task and not purposeful else None,
             untried=untried,
             synthetic_weight=pack.synthetic_weight,
+            purpose=pack.purpose if purposeful else None,
         )
 
     def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:
         """The stored steps whose votes make memory's advantage for `action` here (credited when
-        the episode ends, like the memories a prompt used)."""
+        the episode ends, like the memories a prompt used): of the pack's purpose when it has one
+        and `task` is given (as `advantages` with `same_task`), else of `task` (None: any)."""
         wanted = normalise_action(action)
-        pool = [(step, sim) for step, sim in pack.neighbours if task is None or step.task == task]
+        if task is not None and pack.purpose_neighbours is not None:
+            pool = [(step, sim) for step, sim in pack.purpose_neighbours if step.purpose == pack.purpose]
+        else:
+            pool = [(step, sim) for step, sim in pack.neighbours if task is None or step.task == task]
         nearest = sorted(pool, key=lambda n: (-n[1], n[0].id))[: self.retriever.config.ec_neighbours]
         return [step.id for step, _ in nearest if normalise_action(step.action) == wanted]
 

@@ -89,6 +89,11 @@ class PosteriorSettings(BaseModel):
         "(so demoting a known loser hands the step to an untried action).",
     )
     optimism: float = Field(0.1, ge=-1, le=1, description="q of an untried action when explore_untried is on.")
+    condition: Literal["purpose", "task"] = Field(
+        "purpose",
+        description="With same_task, what voting experience shares: purpose (the sub-goal it worked toward: "
+        "door-task steps vote in a compound game's door phase) or task (the same task only).",
+    )
     candidates: int = Field(
         12,
         ge=1,
@@ -102,7 +107,14 @@ class PosteriorSettings(BaseModel):
         from crl.agent.posterior import PosteriorConfig, PosteriorPolicy
 
         config = PosteriorConfig(
-            self.beta, self.alpha, self.support_scale, self.mode, self.same_task, self.explore_untried, self.optimism
+            self.beta,
+            self.alpha,
+            self.support_scale,
+            self.mode,
+            self.same_task,
+            self.explore_untried,
+            self.optimism,
+            self.condition,
         )
         return PosteriorPolicy(config, self.temperature)
 

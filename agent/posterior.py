@@ -30,7 +30,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from crl.memory.retrieval.episodic_control import MemoryAdvantage, memory_advantages, same_purpose, state_baseline
+from crl.memory.retrieval.episodic_control import MemoryAdvantage, memory_advantages, same_task_steps, state_baseline
 
 __all__ = [
     "MemoryAdvantage",
@@ -40,11 +40,12 @@ __all__ = [
     "memory_advantages",
     "memory_weight",
     "posterior_probs",
-    "same_purpose",
+    "same_task_steps",
     "state_baseline",
 ]
 
 Mode = Literal["greedy", "sample"]
+Condition = Literal["purpose", "task"]
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,18 @@ class PosteriorConfig:
         },
     )
     optimism: float = field(default=0.1, metadata={"help": "q of an untried action when `explore_untried` is on."})
+    condition: Condition = field(
+        default="purpose",
+        metadata={
+            "help": "With `same_task`, what experience must share to vote: 'purpose' (the sub-goal it worked toward, "
+            "`memory.purpose`: door-task steps vote in a compound game's door phase; tasks with no declared "
+            "sub-goals fall back to the task) or 'task' (only steps of the same task)."
+        },
+    )
 
     def __post_init__(self) -> None:
+        if self.condition not in ("purpose", "task"):
+            raise ValueError(f"posterior condition must be 'purpose' or 'task', got {self.condition!r}")
         if not -1 <= self.optimism <= 1:
             raise ValueError(f"posterior optimism must be in [-1, 1], got {self.optimism}")
         if self.beta < 0:

@@ -19,6 +19,7 @@ from crl.agent.random_actor import RandomActor
 from crl.agent.redaction import redact_text
 from crl.agent.session import EpisodeSession, LoopConfig
 from crl.agent.tool_choice import ToolPrime, by_tool_name, call_opening, choose_tool, primed, tools_tried_here
+from crl.memory.purpose import purpose_now, reached_subgoals
 from crl.memory.retrieval.episodic_control import memory_advantages
 from crl.memory.retrieval.retriever import RetrievalQuery
 from crl.memory.storage.episode_log import EpisodeLog
@@ -360,12 +361,22 @@ class Runner:
                     history=s.recent_actions(),
                     admissible=s.observation.admissible_actions or v,
                     seed=s.episode.seed,
+                    purpose=self._purpose(s),
                 )
                 for s, v in zip(sessions, list(valid) or [None] * len(sessions))
             ]
         )
         stats.retrieval_seconds += time.monotonic() - t
         return packs
+
+    def _purpose(self, session: EpisodeSession) -> str | None:
+        """The sub-goal the episode works toward now, when the posterior conditions memory on it
+        (`agent.posterior.condition = "purpose"` with `same_task`), else None."""
+        config = self.posterior.config if self.posterior is not None else None
+        if config is None or not config.same_task or config.condition != "purpose":
+            return None
+        reached = set().union(*(reached_subgoals(step.info) for step in session.episode.steps))
+        return purpose_now(session.episode.task, reached)
 
     def scores(self, actions: Sequence[str] | None) -> bool:
         """Whether this step is decided by scoring the listed actions (the posterior policy,

@@ -519,6 +519,7 @@ class ExperienceBank(CurationMixin):
         where_outcome: str | None,
         exclude_quarantine: bool,
         with_embeddings: bool = False,
+        where: dict[str, Any] | None = None,
     ) -> list[list[Hit]]:
         if where_outcome not in OUTCOME_BUCKETS:
             raise ValueError(f"where_outcome must be 'success', 'failure' or None, not {where_outcome!r}")
@@ -526,9 +527,11 @@ class ExperienceBank(CurationMixin):
             if texts is None:
                 raise ValueError("pass texts or embeddings")
             embeddings = self.embed(texts)
-        hits = self.view.query(kind, family, OUTCOME_BUCKETS[where_outcome], embeddings, k, with_embeddings)
+        hits = self.view.query(kind, family, OUTCOME_BUCKETS[where_outcome], embeddings, k, with_embeddings, where)
         if not exclude_quarantine:
-            extra = self.view.query(kind, family, ("q",), embeddings, k * 4 if where_outcome else k, with_embeddings)
+            extra = self.view.query(
+                kind, family, ("q",), embeddings, k * 4 if where_outcome else k, with_embeddings, where
+            )
             for row, more in zip(hits, extra):
                 if where_outcome:
                     want = where_outcome == "success"
@@ -547,6 +550,7 @@ class ExperienceBank(CurationMixin):
         exclude_quarantine: bool = True,
         embeddings: np.ndarray | None = None,
         with_embeddings: bool = False,
+        purpose: str | None = None,
     ) -> list[list[Hit]]:
         """The k stored steps nearest to each query state, batched: one list of hits per query.
 
@@ -558,8 +562,12 @@ class ExperienceBank(CurationMixin):
             exclude_quarantine: leave quarantined steps out (the default; retrieval must).
             embeddings: precomputed query vectors instead of `texts`.
             with_embeddings: each hit carries its stored vector (read by the same query).
+            purpose: only steps that worked toward this sub-goal (`memory.purpose`).
         """
-        return self._query("step", family, texts, embeddings, k, where_outcome, exclude_quarantine, with_embeddings)
+        where = {"purpose": purpose} if purpose else None
+        return self._query(
+            "step", family, texts, embeddings, k, where_outcome, exclude_quarantine, with_embeddings, where
+        )
 
     def query_episodes(
         self,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from crl.memory import tags
 from crl.memory.config import ValueWeights
+from crl.memory.purpose import given_subgoals, step_purposes
 from crl.memory.records import EpisodeRecord, StepRecord, episode_record_id, state_text, step_record_id
 from crl.memory.trajectory import Episode, Step
 from crl.prompts.state import NO_ACTION
@@ -134,7 +135,8 @@ def build_records(
         trajectory=[s.to_dict() for s in episode.steps],
     )
     steps = []
-    skills = tags.step_skills(episode.steps)
+    skills = tags.step_skills(episode.steps, given_subgoals(episode.task))
+    purposes = step_purposes(episode.task, [s.info for s in episode.steps])
     subgoal_in: list[int | None] = [None] * len(skills)
     following: int | None = None
     for i in range(len(skills) - 1, -1, -1):
@@ -176,6 +178,8 @@ def build_records(
                 episode_length=len(episode.steps),
                 repeated=repeated,
                 subgoal_in=subgoal_in[i],
+                purpose=purposes[i][0],
+                purpose_in=purposes[i][1],
                 created_at=step.time,
                 updated_at=now,
             )

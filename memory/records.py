@@ -315,6 +315,12 @@ class StepRecord(_Record):
         ge=0,
         description="Steps from this one to the next that reached a sub-goal (0: this one did); None if none did.",
     )
+    purpose: str | None = Field(
+        None, description="The sub-goal this step worked toward (`memory.purpose`); None where the task declares none."
+    )
+    purpose_in: int | None = Field(
+        None, ge=0, description="Steps from this one until its purpose was reached (0: this one did); None if never."
+    )
 
     @model_validator(mode="after")
     def _check_id(self):

@@ -92,9 +92,10 @@ def novelties(embeddings: np.ndarray, bank_max_similarity: Sequence[float | None
     return out
 
 
-def step_skills(steps: Iterable[Step]) -> list[list[str]]:
-    """For each step, the sub-goals (`info["subgoals"]`) it reached for the first time."""
-    reached: set[str] = set()
+def step_skills(steps: Iterable[Step], given: Iterable[str] = ()) -> list[list[str]]:
+    """For each step, the sub-goals (`info["subgoals"]`) it reached for the first time; those `given`
+    at the start (`memory.purpose.given_subgoals`: the door task begins with the key) none reached."""
+    reached: set[str] = set(given)
     out: list[list[str]] = []
     for step in steps:
         subgoals = step.info.get("subgoals") if isinstance(step.info, dict) else None

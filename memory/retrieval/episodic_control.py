@@ -53,6 +53,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crl.memory.purpose import for_purpose
 from crl.memory.records import StepRecord
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.influence import Vote, cap_shares, counts_as_success, flag_outliers, is_verified, source_of
@@ -426,7 +427,7 @@ class MemoryAdvantage:
         }
 
 
-def same_purpose(neighbours: Sequence[tuple[StepRecord, float]], task: str) -> list[tuple[StepRecord, float]]:
+def same_task_steps(neighbours: Sequence[tuple[StepRecord, float]], task: str) -> list[tuple[StepRecord, float]]:
     """The neighbours stored while playing `task` (e.g. "keyroom/chest"), so experience of one
     sub-task never votes on another whose states look alike."""
     return [(step, sim) for step, sim in neighbours if step.task == task]
@@ -461,6 +462,7 @@ def memory_advantages(
     task: str | None = None,
     untried: float | None = None,
     synthetic_weight: float = 1.0,
+    purpose: str | None = None,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -468,13 +470,15 @@ def memory_advantages(
         neighbours: (stored step, cosine similarity to the current state), as the retriever
             gives them to `action_values`.
         admissible: the actions the task accepts now.
-        task: when given, only steps stored while playing this task vote (`same_purpose`).
+        task: when given, only steps stored while playing this task vote (`same_task_steps`).
         untried: when given and memory holds close states, each admissible action no stored
             step took here gets q = `untried` (an optimistic prior) against the same baseline,
             with the state's whole support behind it: where everything tried here failed,
             what was never tried is worth more than what lost; where stored episodes succeeded,
             it is worth less than what won.
         synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
+        purpose: when given (instead of `task`), only steps that worked toward this sub-goal vote,
+            from any task of the family, each valued by whether it reached it (`memory.purpose`).
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -483,8 +487,10 @@ def memory_advantages(
     Example: four neighbours, all from episodes that succeeded two steps later, two of which
     took "examine door": its q equals the baseline, so its advantage is 0.
     """
-    if task is not None:
-        neighbours = same_purpose(neighbours, task)
+    if purpose is not None:
+        neighbours = for_purpose(neighbours, purpose)
+    elif task is not None:
+        neighbours = same_task_steps(neighbours, task)
     baseline, state_support = state_baseline(neighbours, config, synthetic_weight)
     found = {
         action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint)

@@ -75,6 +75,9 @@ class RetrievalQuery:
         admissible: the actions the task accepts now, or None when it does not say.
         seed: the game's seed, when known: rules written for one game (a self-critique
             after a failure) reach only retries of that game.
+        purpose: the sub-goal the episode works toward now (`memory.purpose.purpose_now`): with
+            admissible actions, the pack's `purpose_neighbours` are the nearest steps stored while
+            working toward it, in any task of the family.
     """
 
     family: str
@@ -84,6 +87,7 @@ class RetrievalQuery:
     history: list[str] = field(default_factory=list)
     admissible: list[str] | None = None
     seed: int | None = None
+    purpose: str | None = None
 
     @property
     def variant(self) -> str | None:
@@ -109,6 +113,8 @@ class ContextPack:
             `action_values` (the posterior policy reads them; not logged).
         synthetic_weight: the factor synthetic records in this pack counted with (pass it to
             `memory_advantages` along with `neighbours`); 1 when none was retrieved.
+        purpose / purpose_neighbours: the query's purpose and the nearest steps stored while
+            working toward it (None when the query named none), for skill-conditioned values.
     """
 
     query_text: str
@@ -121,6 +127,8 @@ class ContextPack:
     baseline: float = 0.5
     neighbours: list[tuple[StepRecord, float]] = field(default_factory=list, repr=False)
     synthetic_weight: float = 1.0
+    purpose: str | None = None
+    purpose_neighbours: list[tuple[StepRecord, float]] | None = field(default=None, repr=False)
 
     def used_ids(self) -> list[str]:
         """Ids of the memories put into the prompt: successes, failures, hints and rules."""
@@ -219,6 +227,11 @@ def rule_hits(
 
 MAX_WIDENING = 16
 """How many times its size a query is widened at most to see past unverified success claims."""
+
+
+def usable(record, verified_only: bool) -> bool:
+    """With `verified_only`, a success the environment did not verify is no case, no hint and no vote."""
+    return not (verified_only and claims_success(record) and not counts_as_success(record))
 
 
 def past_untrusted(fetch: Callable[[int], list[list[Hit]]], k: int, trusted: Callable[[Any], bool]) -> list[list[Hit]]:
@@ -324,6 +337,7 @@ class Retriever:
             )
             for family, idx in by_family.items()
         }
+        purposeful = self._purpose_neighbours(queries, vectors)
         t2 = time.perf_counter()
         now = self.clock()
         k_of = slot_sizes(cfg)
@@ -347,6 +361,9 @@ class Retriever:
                     near = [(h.record, h.similarity) for h in got.neighbours[row] if isinstance(h.record, StepRecord)]
                     pack.neighbours = near
                     pack.action_values = action_values(near, queries[i].admissible, cfg, got.synthetic_weight)
+                    if queries[i].purpose:
+                        pack.purpose = queries[i].purpose
+                        pack.purpose_neighbours = purposeful[i]
         self._attach_trajectories([m for p in packs for m in p.successes + p.failures])
         if cfg.defence("sanitise_memory"):
             for pack in packs:
@@ -379,8 +396,7 @@ class Retriever:
         verified_only = cfg.defence("verified_only")
 
         def trusted(record) -> bool:
-            """With `verified_only`, a success the environment did not verify is no case and no hint."""
-            return not (verified_only and claims_success(record) and not counts_as_success(record))
+            return usable(record, verified_only)
 
         mmr = cfg.mmr_lambda < 1.0
         wide_k = {slot: k >= 2 for slot, k in slot_sizes(cfg).items()}  # MMR only reorders a pick of two or more
@@ -430,6 +446,35 @@ class Retriever:
         synthetic = any(h.record.source == "synthetic" for lists in experience for row in lists for h in row)
         weight = synthetic_weight(bank, family) if synthetic else 1.0
         return _FamilyHits(by_slot, steps, embeddings, baseline, weight)
+
+    def _purpose_neighbours(
+        self, queries: Sequence[RetrievalQuery], vectors: np.ndarray
+    ) -> dict[int, list[tuple[StepRecord, float]]]:
+        """Per query with a purpose and admissible actions, its `ec_neighbours` nearest steps stored while
+        working toward that purpose (one batched query per family and purpose), so the steps of other
+        skills never crowd them out; unverified success claims are passed over as in `_fetch`."""
+        cfg = self.config
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, q in enumerate(queries):
+            if q.purpose and q.admissible:
+                groups.setdefault((q.family, q.purpose), []).append(i)
+        verified_only = cfg.defence("verified_only")
+
+        def trusted(record) -> bool:
+            return usable(record, verified_only)
+
+        out: dict[int, list[tuple[StepRecord, float]]] = {}
+        for (family, purpose), idx in groups.items():
+            rows = past_untrusted(
+                lambda n, family=family, purpose=purpose, idx=idx: self.bank.query_steps(
+                    family, embeddings=vectors[idx], k=n, purpose=purpose
+                ),
+                cfg.ec_neighbours,
+                trusted,
+            )
+            for i, row in zip(idx, rows):
+                out[i] = [(h.record, h.similarity) for h in row if isinstance(h.record, StepRecord)]
+        return out
 
     def _candidates(self, got: "_FamilyHits", slot: str, row: int, relevance_of) -> list[Candidate]:
         out = []

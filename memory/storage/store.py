@@ -133,6 +133,8 @@ def to_chroma(record: AnyRecord) -> tuple[str, dict[str, Any]]:
         run_id=record.run_id,
         skills=",".join(record.skills),
     )
+    if isinstance(record, StepRecord):
+        meta["purpose"] = record.purpose or ""
     return document, meta
 
 
@@ -515,9 +517,11 @@ class ChromaView:
         embeddings: np.ndarray,
         k: int,
         with_embeddings: bool = False,
+        where: dict[str, Any] | None = None,
     ) -> list[list[Hit]]:
         """The `k` nearest records to each query vector, merged over `buckets`, best first
-        (`with_embeddings`: each hit carries its stored vector, read by the same query)."""
+        (`with_embeddings`: each hit carries its stored vector, read by the same query; `where`: a
+        Chroma metadata filter, e.g. `{"purpose": "door"}`)."""
         n = len(embeddings)
         merged: list[list[tuple[float, str, dict[str, Any], Any]]] = [[] for _ in range(n)]
         include = ["metadatas", "distances"] + (["embeddings"] if with_embeddings else [])
@@ -525,7 +529,9 @@ class ChromaView:
             col = self._for(kind, family, b)
             if col is None or n == 0:
                 continue
-            res = col.query(query_embeddings=np.asarray(embeddings, dtype=np.float32), n_results=k, include=include)
+            res = col.query(
+                query_embeddings=np.asarray(embeddings, dtype=np.float32), n_results=k, include=include, where=where
+            )
             for qi in range(n):
                 vectors = res["embeddings"][qi] if with_embeddings else [None] * len(res["ids"][qi])
                 for rid, meta, dist, vec in zip(res["ids"][qi], res["metadatas"][qi], res["distances"][qi], vectors):
