@@ -16,13 +16,14 @@ from crl.memory.contamination import MaliciousReport
 
 
 def contamination_report(bank: Any, report: MaliciousReport, registry: AdapterRegistry) -> dict[str, Any]:
-    """The report as JSON, with the adapters whose datasets included the marked records (or the
-    synthetic episodes made from them) or that continued from such an adapter.
+    """The report as JSON, with the adapters whose datasets included the marked records or what was
+    derived from them (synthetic episodes as rows, derived rules in prompts), as rows or inside the
+    prompts they train on, or that continued from such an adapter.
 
     Only adapters whose data came from the bank's namespace are checked (`Lineage.namespace`;
     an adapter that records none belongs to the home's first namespace).
     """
-    tainted = set(report.ids) | {s["id"] for s in report.synthetic}
+    tainted = set(report.ids) | {s["id"] for s in report.synthetic} | {r.id for r in report.rules}
 
     def marks_of(namespace: str | None) -> set[str]:
         mine = namespace == bank.namespace or (namespace is None and bank.primary)
@@ -54,7 +55,12 @@ def _rows(data: dict[str, Any]) -> list[tuple[str, str, str, Text]]:
         state = "quarantine" if s["quarantined"] else "in memory"
         rows.append(("synthetic", s["id"], f"made from {', '.join(s['parents'])}", Text(state)))
     for a in data["adapters"]:
-        how = f"trained on {', '.join(a['records'])}" if a["records"] else f"continued from {a['via']}"
+        if a["records"]:
+            how = f"trained on {', '.join(a['records'])}"
+        elif a["prompted"]:
+            how = f"{', '.join(a['prompted'])} in its training prompts"
+        else:
+            how = f"continued from {a['via']}"
         state = Text("promoted", style="bold red") if a["promoted"] else Text("registered")
         rows.append(("adapter", a["adapter"], how, state))
     return rows

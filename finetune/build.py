@@ -15,6 +15,7 @@ from crl.finetune.sft_data import BuiltDataset, build_sft
 from crl.finetune.source import EpisodeSource, LoadedEpisodes, load_episodes
 from crl.finetune.source_cap import cap_sources, is_capped, source_key
 from crl.finetune.tokens import TokenizerCounter, measure_rows, training_max_length
+from crl.memory.records import parse_record_id
 
 KINDS = ("sft", "dpo")
 
@@ -39,7 +40,32 @@ def collect(
     loaded = load_episodes(bank, config, family=family, tasks=tasks, successes_only=kind == "sft")
     build = build_sft if kind == "sft" else build_dpo
     built = build(loaded, config, counter=counter, embed=bank.embed, synthetic_weight=synthetic_weight)
+    if config.memory_prompts == "keep":
+        built.prompt_memory = prompt_memory(loaded)
     return cap_dataset(built, loaded, config)
+
+
+def prompt_memory(loaded: LoadedEpisodes) -> dict[str, list[str]]:
+    """Step id -> the memory records its logged prompt showed, for steps whose prompt is trained on
+    as logged (`memory_prompts = "keep"`; a prompt that was not logged is rebuilt without memories)."""
+    out: dict[str, list[str]] = {}
+    for episode in loaded.episodes:
+        for step in episode.steps:
+            report = step.extra.prompt
+            if report is None or report.messages is None:
+                continue
+            ids = [key for key in report.memory_keys if _is_record_id(key)]  # not action-value hints (av:...)
+            if ids:
+                out[episode.step_id(step.index)] = ids
+    return out
+
+
+def _is_record_id(key: str) -> bool:
+    try:
+        parse_record_id(key)
+    except ValueError:
+        return False
+    return True
 
 
 def cap_dataset(built: BuiltDataset, loaded: LoadedEpisodes, config: FinetuneConfig) -> BuiltDataset:

@@ -1,8 +1,9 @@
 """Adapters contaminated by malicious memories: trained on a dataset that included a record now
-marked malicious (`memory.contamination`), or continued from an adapter that was.
+marked malicious (`memory.contamination`) as a row or inside a row's prompt (a memory retrieved at
+that step), or continued from an adapter that was.
 
-Computed each time from the adapters' dataset cards (their `source_episode_ids` and
-`source_step_ids`) and the journals' marks, never stored, so a mark made (or cleared) after
+Computed each time from the adapters' dataset cards (their `source_episode_ids`,
+`source_step_ids` and `prompt_memory_ids`) and the journals' marks, never stored, so a mark made (or cleared) after
 training shows at once. An adapter's data came from one memory namespace (`Lineage.namespace`;
 None for adapters registered before it was recorded: the home's first namespace), and only
 that namespace's marks count for it.
@@ -28,17 +29,25 @@ class AdapterTaint:
         namespace: the memory namespace its data came from (None: the home's first).
         records: the malicious records its own dataset included (a step of a malicious episode
             counts as the episode), sorted.
+        prompted: the malicious records retrieved into the prompts its dataset trains on
+            (`DatasetCard.prompt_memory_ids`), sorted.
         via: the nearest ancestor (`parent`, its parent, ...) whose dataset included one, if any.
     """
 
     adapter: str
     namespace: str | None
     records: list[str] = field(default_factory=list)
+    prompted: list[str] = field(default_factory=list)
     via: str | None = None
 
     @property
+    def own(self) -> bool:
+        """Whether its own dataset holds malicious data (rows or prompts), not only a parent's."""
+        return bool(self.records or self.prompted)
+
+    @property
     def contaminated(self) -> bool:
-        return bool(self.records or self.via)
+        return self.own or self.via is not None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"contaminated": self.contaminated}
@@ -75,8 +84,9 @@ def adapter_taints(registry: AdapterRegistry, marks_of: Callable[[str | None], s
         except (OSError, ValueError):
             taints[a.id] = AdapterTaint(a.id, a.namespace)
             continue
-        records = marked_sources(card.source_episode_ids + card.source_step_ids, marks_of(a.namespace))
-        taints[a.id] = AdapterTaint(a.id, a.namespace, records)
+        marked = marks_of(a.namespace)
+        records = marked_sources(card.source_episode_ids + card.source_step_ids, marked)
+        taints[a.id] = AdapterTaint(a.id, a.namespace, records, marked_sources(card.prompt_memory_ids, marked))
     for a in lineages.values():
         taints[a.id].via = _tainted_ancestor(a, lineages, taints)
     return taints
@@ -86,7 +96,7 @@ def _tainted_ancestor(adapter: Lineage, lineages: dict[str, Lineage], taints: di
     seen = {adapter.id}
     parent = adapter.parent
     while parent and parent not in seen and parent in lineages:
-        if taints[parent].records:
+        if taints[parent].own:
             return parent
         seen.add(parent)
         parent = lineages[parent].parent

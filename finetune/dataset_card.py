@@ -52,6 +52,10 @@ class DatasetCard(BaseModel):
     namespace: str | None = Field(None, description="The memory namespace the rows were read from.")
     source_episode_ids: list[str] = Field(default_factory=list)
     source_step_ids: list[str] = Field(default_factory=list)
+    prompt_memory_ids: list[str] = Field(
+        default_factory=list,
+        description="Memory records (episodes, steps, rules) retrieved into the prompts the rows train on.",
+    )
 
 
 def file_sha256(path: Path) -> str:
@@ -126,6 +130,7 @@ def write_dataset(
         namespace=namespace,
         source_episode_ids=built.source_episode_ids,
         source_step_ids=built.source_step_ids,
+        prompt_memory_ids=built.prompt_memory_ids,
     )
     (out / CARD_FILE).write_text(card.model_dump_json(indent=2) + "\n")
     (out / README_FILE).write_text(render_card(card))
@@ -201,6 +206,7 @@ def render_card(card: DatasetCard) -> str:
         f"- tasks: {', '.join(card.tasks)}",
         f"- source episodes: {len(card.source_episode_ids)}",
         *([f"- memory namespace: {card.namespace}"] if card.namespace else []),
+        *([f"- memories in the prompts: {len(card.prompt_memory_ids)}"] if card.prompt_memory_ids else []),
         f"- sha256 of {DATA_FILE}: `{card.sha256}`",
         f"- created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(card.created_at))}",
     ]

@@ -101,10 +101,19 @@ class BuiltDataset:
     source_episode_ids: list[str] = field(default_factory=list)
     source_step_ids: list[str] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    prompt_memory: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def tasks(self) -> list[str]:
         return sorted({r["task"] for r in self.rows})
+
+    @property
+    def prompt_memory_ids(self) -> list[str]:
+        """Memory records (episodes, steps, rules) whose text was in a kept row's prompt: the
+        memories retrieved at the step whose logged prompt a row trains on (`prompt_memory`, by step
+        id; a DPO pair counts both of its steps)."""
+        keys = {r[k] for r in self.rows for k in _ID_KEYS["step"] if k in r}
+        return sorted({rid for key in keys for rid in self.prompt_memory.get(key, [])})
 
     def keep(self, indices: set[int], reason: str) -> None:
         """Keep only the rows at `indices`, counting the others as dropped for `reason`."""

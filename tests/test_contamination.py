@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from crl.agent.app import start_run
 from crl.agent.cli.main import app
+from crl.agent.config import load_settings
 from crl.agent.contamination_view import contamination_report
+from crl.agent.llm.scripted import ScriptedModel
 from crl.finetune.build import build_dataset
 from crl.finetune.config import FinetuneConfig
 from crl.finetune.contamination import adapter_taints, home_marks, marked_sources
@@ -24,6 +27,8 @@ from crl.finetune.dataset_card import read_card, write_dataset
 from crl.finetune.registry import AdapterRegistry
 from crl.finetune.sft_data import BuiltDataset
 from crl.memory.contamination import MALICIOUS, is_marked, read_marks
+from crl.tasks.keyroom import solve
+from crl.tasks.registry import fold_seeds
 from tests.finetune_fixtures import BASE, copy_home, fake_trained, fill_bank, open_bank
 
 
@@ -184,3 +189,44 @@ def test_quarantine_malicious_and_adapters_through_the_cli(home, tmp_path, monke
     shown = invoke("adapters", "show", "sft-a")
     assert e in " ".join(shown.stdout.split()) and "marked malicious" in shown.stdout
     assert json.loads(invoke("adapters", "show", "sft-c", "--json").stdout)["malicious_sources"] == []
+
+
+def test_a_malicious_memory_retrieved_into_training_prompts_contaminates_the_adapter(tmp_path):
+    """A failure is no SFT row, but retrieved into the prompts of later successes (kept as logged,
+    `memory_prompts = keep`) it is trained on all the same."""
+    home = tmp_path / "home"
+    settings = load_settings(
+        {
+            "home": str(home),
+            "agent": {"policy": "llm", "reply_format": "action", "parallel": 1, "max_steps": 4},
+            "memory": {"embedding_model": "hashing:64"},
+            "reflect": {"enabled": False},
+        }
+    )
+    looked = start_run(settings, "keyroom/key", 2, model=ScriptedModel(lambda messages: " look"))
+    failures = [f"ep:keyroom:{e.episode_id}" for e in looked.episodes]
+    seeds = fold_seeds("keyroom/key", "train", 2, 2)
+    start_run(
+        settings, "keyroom/key", 2, seed_start=2, model=ScriptedModel([" " + a for s in seeds for a in solve(s, "key")])
+    )
+    bank = open_bank(home)
+    try:
+        card = build_dataset("sft", bank, FinetuneConfig(near_duplicate_similarity=None), tmp_path / "ds")
+        shown = [f for f in failures if marked_sources(card.prompt_memory_ids, {f})]  # the episode or a step of it
+        assert shown and not set(failures) & set(card.source_episode_ids)
+        failure = shown[0]
+        stripped = build_dataset(
+            "sft", bank, FinetuneConfig(near_duplicate_similarity=None, memory_prompts="strip"), tmp_path / "strip"
+        )
+        assert stripped.prompt_memory_ids == []  # prompts rebuilt without their memory section
+        registry = AdapterRegistry.of(home)
+        register(registry, tmp_path, "sft-kept", tmp_path / "ds")
+        register(registry, tmp_path, "sft-stripped", tmp_path / "strip")
+        report = bank.quarantine_malicious([failure])
+        adapters = {a["adapter"]: a for a in contamination_report(bank, report, registry)["adapters"]}
+    finally:
+        bank.close()
+    assert set(adapters) == {"sft-kept"} and adapters["sft-kept"]["prompted"] == [failure]
+    taints = adapter_taints(registry, home_marks(home / "memory"))
+    assert taints["sft-kept"].prompted == [failure] and not taints["sft-kept"].records
+    assert not taints["sft-stripped"].contaminated

@@ -44,6 +44,8 @@ adapters_app = typer.Typer(help="The adapter registry: lineage, gated promotion,
 
 # ---- crl dataset ----------------------------------------------------------------------------
 
+CARD_ID_LISTS = {"source_episode_ids", "source_step_ids", "prompt_memory_ids"}  # long: in card.json, not in --json
+
 
 def card_view(card, path: Path) -> Table:
     """A dataset card for people."""
@@ -84,7 +86,7 @@ def dataset_build(
     path = make_dataset(ctx, kind.value, family=family, tasks=task, out_dir=out_dir)
     card = read_card(path)
     emit(
-        card.model_dump(mode="json", exclude={"source_episode_ids", "source_step_ids"}),
+        card.model_dump(mode="json", exclude=CARD_ID_LISTS),
         as_json,
         lambda: card_view(card, path),
     )
@@ -114,7 +116,7 @@ def dataset_show(
                 if key in row:
                     out.print(Text.assemble((key, "bold green"), ": ", row[key][-1]["content"]))
 
-    data = card.model_dump(mode="json", exclude={"source_episode_ids", "source_step_ids"}) | {"preview": preview}
+    data = card.model_dump(mode="json", exclude=CARD_ID_LISTS) | {"preview": preview}
     emit(data, as_json, render)
 
 
@@ -373,6 +375,8 @@ def adapter_flags(row: dict[str, Any]) -> Text:
     flags = Text()
     if row.get("malicious_sources"):
         flags.append(f"trained on {len(row['malicious_sources'])} malicious record(s)", style="bold red")
+    elif row.get("malicious_prompts"):
+        flags.append(f"{len(row['malicious_prompts'])} malicious record(s) in its prompts", style="bold red")
     elif row.get("malicious_via"):
         flags.append(f"parent {row['malicious_via']} trained on malicious data", style="bold red")
     malicious = set(row.get("malicious_sources") or [])
@@ -442,6 +446,7 @@ def adapters_ls(
                 },
                 "quarantined_sources": tainted,
                 "malicious_sources": taint.records,
+                "malicious_prompts": taint.prompted,
                 "malicious_via": taint.via,
                 "contaminated": taint.contaminated,
             }
@@ -463,6 +468,7 @@ def adapters_show(
         "path": str(registry.adapter_dir(lineage.id)),
         "promoted": registry.promoted(lineage.base_model) == lineage.id,
         "malicious_sources": taint.records,
+        "malicious_prompts": taint.prompted,
         "malicious_via": taint.via,
         "contaminated": taint.contaminated,
     }
@@ -482,6 +488,9 @@ def adapters_show(
             table.add_row(
                 "malicious", Text(f"trained on {', '.join(taint.records)} (marked malicious)", style="bold red")
             )
+        if taint.prompted:
+            shown = ", ".join(taint.prompted)
+            table.add_row("malicious", Text(f"{shown} retrieved into its training prompts", style="bold red"))
         if taint.via:
             table.add_row("malicious", Text(f"continued from {taint.via}, trained on malicious data", style="bold red"))
         table.add_row("created", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lineage.created_at)))

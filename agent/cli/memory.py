@@ -215,7 +215,7 @@ def quarantine(
 
 @command("release")
 def release(ids: list[str] = IdsArg, memory_url: str | None = MemoryUrlOpt, as_json: bool = JsonOpt) -> None:
-    """Return records to the regular tier (from golden or quarantine)."""
+    """Return records to the regular tier (from golden or quarantine); a malicious mark on them is cleared."""
     curate(memory_url, as_json, "released (regular)", lambda bank: bank.release(ids))
 
 
