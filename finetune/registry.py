@@ -14,6 +14,7 @@ plays; the experience bank decays credit older actors left, once per entry (`Pro
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -33,6 +34,7 @@ PROMOTIONS_FILE = "promotions.jsonl"
 LINEAGE_FILE = "lineage.json"
 CARD_COPY = "dataset_card.json"
 ADAPTER_SUBDIR = "adapter"
+log = logging.getLogger(__name__)
 # The name the embedded model is known by (agent.llm.embedded.EMBEDDED_MODEL_NAME); an unset llm.model means it.
 EMBEDDED_BASE = "smollm2-135m-instruct"
 
@@ -366,11 +368,25 @@ def promoted_adapter_path(settings_or_home: Any, base_model: str | None) -> Path
     """The folder of the promoted adapter of `base_model` (a `llm.model` value; None: embedded), if any.
 
     The local backend calls this when no adapter is configured, so the agent uses the
-    promoted adapter automatically.
+    promoted adapter automatically. The registry and its promotions are the home's, shared by
+    its memory namespaces: given settings whose namespace is not the one the adapter's data came
+    from, it says so in a warning.
     """
     registry = AdapterRegistry.of(settings_or_home)
     adapter = registry.promoted(base_model_key(base_model))
     if adapter is None:
         return None
     path = registry.adapter_dir(adapter)
-    return path if (path / "adapter_config.json").is_file() else None
+    if not (path / "adapter_config.json").is_file():
+        return None
+    playing = getattr(getattr(settings_or_home, "memory", None), "namespace", None)
+    learned = registry.get(adapter).namespace
+    if playing and learned and learned != playing:
+        log.warning(
+            "the promoted adapter %s learned from memory namespace %r and now plays for %r (a home's namespaces "
+            "share its promotions); give --adapter, or a data home per namespace, to keep their models apart",
+            adapter,
+            learned,
+            playing,
+        )
+    return path

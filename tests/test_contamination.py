@@ -24,7 +24,7 @@ from crl.finetune.build import build_dataset
 from crl.finetune.config import FinetuneConfig
 from crl.finetune.contamination import adapter_taints, home_marks, marked_sources
 from crl.finetune.dataset_card import read_card, write_dataset
-from crl.finetune.registry import AdapterRegistry
+from crl.finetune.registry import AdapterRegistry, promoted_adapter_path
 from crl.finetune.sft_data import BuiltDataset
 from crl.memory.contamination import MALICIOUS, is_marked, read_marks
 from crl.tasks.keyroom import solve
@@ -230,3 +230,20 @@ def test_a_malicious_memory_retrieved_into_training_prompts_contaminates_the_ada
     taints = adapter_taints(registry, home_marks(home / "memory"))
     assert taints["sft-kept"].prompted == [failure] and not taints["sft-kept"].records
     assert not taints["sft-stripped"].contaminated
+
+
+def test_a_promoted_adapter_of_another_namespace_plays_with_a_warning(tmp_path, caplog):
+    """Promotions are the home's: the adapter loads for every namespace, and one that learned from
+    another namespace's memory is named in a warning."""
+    registry = AdapterRegistry.of(tmp_path)
+    built = BuiltDataset("sft", [{"task": "keyroom/key", "prompt": [], "completion": []}])
+    write_dataset(tmp_path / "ds", built, {}, namespace="bob")
+    register(registry, tmp_path, "sft-bob", tmp_path / "ds")
+    registry.promote("sft-bob")
+    assert registry.get("sft-bob").namespace == "bob"
+    for ns, warned in (("bob", False), ("alice", True)):
+        caplog.clear()
+        settings = load_settings({"home": str(tmp_path), "memory": {"namespace": ns}})
+        with caplog.at_level("WARNING", logger="crl.finetune.registry"):
+            assert promoted_adapter_path(settings, None) == registry.adapter_dir("sft-bob")
+        assert ("learned from memory namespace 'bob'" in caplog.text) is warned
