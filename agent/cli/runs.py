@@ -25,11 +25,11 @@ def ago(seconds: float | None) -> str:
 
 RUN_COLUMNS = [
     Col("run_id"),
-    Col("namespace", drop=6),
-    Col("kind", drop=2),
+    Col("namespace"),
+    Col("kind", drop=3),
     Col("task"),
     Col("model", drop=4),
-    Col("status", drop=3, fmt=lambda s: Text(s, style="yellow") if s == "interrupted" else Text(s)),
+    Col("status", drop=2, fmt=lambda s: Text(s, style="yellow") if s == "interrupted" else Text(s)),
     Col("episodes", right=True, drop=1),
     Col("success_rate", "success", right=True, fmt=lambda r: f"{r:.0%}"),
     Col("last_active", "last active", right=True, drop=5, fmt=lambda t: ago(None if t is None else time.time() - t)),
@@ -76,7 +76,7 @@ def runs(
                 "last_active": store.last_active(info.run_id),
             }
         )
-    columns = RUN_COLUMNS if all_namespaces else [c for c in RUN_COLUMNS if c.key != "namespace"]
+    columns = [c for c in RUN_COLUMNS if all_namespaces or c.key != "namespace"]  # shown whole when listed
     where = "every namespace" if all_namespaces else f"namespace {settings.memory.namespace}"
     emit(rows, as_json, columns, title=f"runs in {stores[0].dir.parent} ({where})")
 
