@@ -142,7 +142,9 @@ class CurationMixin:
             located = self.view.locate(sorted(rules)) if rules else {}
             for rid, rule in rules.items():
                 _fill_rule(rule, located.get(rid))
-            synthetic = synthetic_children((r for r, _ in self.view.scan("episode") if r.source == "synthetic"), rids)
+            families = sorted({parse_record_id(rid)[1] for rid in rids if not rid.startswith("ru:")})
+            made = (r for r, _ in self.view.scan("episode", families) if r.source == "synthetic") if families else ()
+            synthetic = synthetic_children(made, rids)
             derived = f"derived from {', '.join(rids)}"
             entries: list[tuple[str, list[str], dict[str, Any]] | None] = [
                 ("tier", rids, {"tier": "quarantine", MALICIOUS: True} | ({"reason": reason} if reason else {}))

@@ -27,6 +27,9 @@ from crl.finetune.dataset_card import read_card, write_dataset
 from crl.finetune.registry import AdapterRegistry, promoted_adapter_path
 from crl.finetune.sft_data import BuiltDataset
 from crl.memory.contamination import MALICIOUS, is_marked, read_marks
+from crl.memory.synthesis.bank_io import store_synthetic
+from crl.memory.synthesis.provenance import SYNTHESIS_RUN_ID
+from crl.memory.trajectory import Episode
 from crl.tasks.keyroom import solve
 from crl.tasks.registry import fold_seeds
 from tests.finetune_fixtures import BASE, copy_home, fake_trained, fill_bank, open_bank
@@ -247,3 +250,25 @@ def test_a_promoted_adapter_of_another_namespace_plays_with_a_warning(tmp_path, 
         with caplog.at_level("WARNING", logger="crl.finetune.registry"):
             assert promoted_adapter_path(settings, None) == registry.adapter_dir("sft-bob")
         assert ("learned from memory namespace 'bob'" in caplog.text) is warned
+
+
+def test_synthetic_episodes_made_from_a_malicious_record_are_reported_and_quarantined_with_it(home, tmp_path):
+    bank = open_bank(home)
+    try:
+        e = next(r for r in bank.ls("episode", family="keyroom", variant="key") if r.outcome == "success")
+        parent = bank.get(e.id).to_episode()
+        child = Episode.from_dict(parent.to_dict() | {"episode_id": "syn-stitch-from-e", "run_id": SYNTHESIS_RUN_ID})
+        child.source = "synthetic"
+        child.provenance = {"kind": "stitch", "parents": [parent.episode_id], "validation": {"replayed": True}}
+        other = Episode.from_dict(child.to_dict() | {"episode_id": "syn-stitch-other"})
+        other.provenance = {"kind": "stitch", "parents": ["somebody-else-0001"]}
+        store_synthetic(bank, [child, other])
+        report = bank.quarantine_malicious([e.id])
+        syn = "ep:keyroom:syn-stitch-from-e"
+        assert report.synthetic == [{"id": syn, "parents": [e.id], "quarantined": False}]
+        assert bank.get(syn).tier != "quarantine" and syn not in bank.malicious()
+        again = bank.quarantine_malicious([e.id], with_synthetic=True)
+        assert again.synthetic_quarantined == [syn] and bank.get(syn).tier == "quarantine"
+        assert syn in bank.malicious() and "ep:keyroom:syn-stitch-other" not in bank.malicious()
+    finally:
+        bank.close()

@@ -56,9 +56,11 @@ def runs(
     stores = run_stores(settings)
     primary = primary_namespace(settings.memory_dir) or DEFAULT
     rows = []
+    elsewhere = 0
     for store, info in sorted(((s, i) for s in stores for i in s.list()), key=lambda si: si[1].run_id):
         namespace = run_namespace_of(info, primary)
         if not all_namespaces and namespace != settings.memory.namespace:
+            elsewhere += 1
             continue
         s = summarise(store.episodes(info.run_id))
         rows.append(
@@ -78,7 +80,8 @@ def runs(
         )
     columns = [c for c in RUN_COLUMNS if all_namespaces or c.key != "namespace"]  # shown whole when listed
     where = "every namespace" if all_namespaces else f"namespace {settings.memory.namespace}"
-    emit(rows, as_json, columns, title=f"runs in {stores[0].dir.parent} ({where})")
+    hint = f"{elsewhere} run(s) of other namespaces: --all-namespaces lists them" if elsewhere else None
+    emit(rows, as_json, columns, title=f"runs in {stores[0].dir.parent} ({where})", caption=hint)
 
 
 def run_status_line(store, info) -> Text:
