@@ -18,6 +18,9 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
   into one demonstration, validated by replay (`memory.synthesis.stitch`, by points).
 - `skills+sft`: `skills`' memory, then one SFT round on its real and synthetic successes
   (synthetic ones weighted by `finetune.synthetic_weight`); the adapter plays with memory; point 3.
+  The adapter is also evaluated alone (no memory read) on the same dev seeds, reported as the arm
+  `sft alone`, so the report pairs adapter + memory against the adapter alone and against the base
+  model with memory (`skills`' last point) — issue #14's complementarity.
 
 The x-axis is every environment step an arm learned from: phase-1 steps, replay steps spent
 validating synthetic episodes, and compound training steps (the DRRN: its learning steps).
@@ -419,6 +422,8 @@ class SkillsExperiment:
             "sft_stats": card.get("stats", {}).get("synthetic"),
             "sft_wall_s": round(lineage.metrics.get("wall_seconds", 0.0), 1),
         }
+        alone = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=False)
+        detail["adapter_alone"] = asdict(eval_point(alone, "sft, adapter alone", last.env_steps, "dev", {}))
         dev = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=True)
         self.add(run, eval_point(dev, "sft", last.env_steps, "dev", detail), started)
         if spec.test_episodes:

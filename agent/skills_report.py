@@ -11,6 +11,20 @@ from crl.agent.experiment import pooled_points
 from crl.agent.skills_experiment import subtasks_of
 from crl.tasks.evaluation import discordant, mcnemar_p, wilson_interval
 
+ADAPTER_ALONE = "sft alone"
+"""The arm name of the `skills+sft` adapter evaluated without memory (its point's `adapter_alone`)."""
+
+
+def with_adapter_alone(results: dict[str, Any]) -> dict[str, Any]:
+    """`results` with one more run per `skills+sft` repeat whose last point recorded the adapter
+    alone: arm `sft alone`, that evaluation as its only point."""
+    extra = []
+    for r in results["runs"]:
+        alone = r["points"][-1]["detail"].get("adapter_alone") if r["arm"] == "skills+sft" and r["points"] else None
+        if alone:
+            extra.append({"arm": ADAPTER_ALONE, "repeat": r["repeat"], "points": [alone], "test": None})
+    return dict(results, runs=results["runs"] + extra) if extra else results
+
 
 def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Per arm and point: mean env steps over repeats, pooled success with a 95% interval."""
@@ -110,6 +124,7 @@ def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    results = with_adapter_alone(results)
     spec, rows = results["spec"], summarise(results)
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for arm in dict.fromkeys(r["arm"] for r in rows):
@@ -151,7 +166,9 @@ def limit_text(spec: dict[str, Any]) -> str:
 
 
 def report_lines(results: dict[str, Any]) -> list[str]:
-    """The markdown report: dev points, test fold, step ratios and paired tests."""
+    """The markdown report: dev points, test fold, step ratios and paired tests (the `skills+sft`
+    adapter alone, when recorded, as the arm `sft alone`)."""
+    results = with_adapter_alone(results)
     spec, rows = results["spec"], summarise(results)
     lines = [
         f"# {spec['task']}: sub-skill experience and stitching vs a from-scratch learner",

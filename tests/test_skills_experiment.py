@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from crl.agent.cli.main import app
 from crl.agent.skills_experiment import SkillsSpec, stages, subtasks_of
-from crl.agent.skills_report import final_pairs, report_lines, step_ratio, summarise
+from crl.agent.skills_report import final_pairs, report_lines, step_ratio, summarise, with_adapter_alone
 
 
 def point(stage: str, steps: int, outcomes: list[bool]) -> dict:
@@ -102,6 +102,26 @@ def test_report_has_the_table_the_ratio_and_the_tests():
     assert "McNemar" in text
 
 
+def test_the_adapter_alone_is_reported_as_its_own_arm_paired_with_the_adapter_with_memory():
+    data = results()
+    alone = point("sft, adapter alone", 310, [True, False, False, False])
+    data["runs"].append(
+        {
+            "arm": "skills+sft",
+            "repeat": 0,
+            "points": [point("sft", 310, [True, True, True, True]) | {"detail": {"adapter_alone": alone}}],
+            "test": None,
+            "seconds": 1,
+            "done": True,
+        }
+    )
+    text = "\n".join(report_lines(data))
+    assert "| sft alone | sft, adapter alone | 310 | 1/4 (25%)" in text
+    pairs = {(p["arm_a"], p["arm_b"]): p for p in final_pairs(with_adapter_alone(data))}
+    versus = pairs[("skills+sft", "sft alone")]
+    assert versus["pairs"] == 4 and (versus["a_only"], versus["b_only"]) == (3, 0)
+
+
 def test_spec_and_task_checks():
     with pytest.raises(ValueError, match="unknown arm"):
         SkillsSpec(arms=["ppo"])
@@ -140,8 +160,9 @@ def test_a_tiny_real_run_of_every_arm_writes_the_plot_table_and_results(tmp_path
     assert first["detail"]["phase1_steps"] > 0 and first["env_steps"] >= first["detail"]["phase1_steps"]
     assert second["env_steps"] > first["env_steps"] and second["detail"]["train_steps"] > 0
     assert runs["skills+sft"]["points"][0]["detail"]["adapter"]
+    assert runs["skills+sft"]["points"][0]["detail"]["adapter_alone"]["episodes"] == 1
     assert all(run["test"]["fold"] == "test" for run in runs.values())
-    assert "| skills+sft | sft |" in table and "test fold" in table
+    assert "| skills+sft | sft |" in table and "| sft alone |" in table and "test fold" in table
     again = CliRunner().invoke(app, args)  # finished: nothing is played again
     assert again.exit_code == 0, again.output
     assert json.loads((out / "results.json").read_text())["runs"] == data["runs"]
