@@ -80,7 +80,7 @@ def process_started(pid: int) -> int | None:
     except OSError:
         return None
     fields = raw.rsplit(")", 1)[-1].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
+    if len(fields) < 20 or fields[0] in ("Z", "X") or not fields[19].isdigit():
         return None
     return int(fields[19])
 
@@ -91,7 +91,7 @@ def writer_alive(pid: int, started: int | None) -> bool:
         return False
     if Path("/proc/self/stat").exists():
         now = process_started(pid)
-        return now is not None and (started is None or now == started)
+        return now is not None and (not isinstance(started, int) or now == started)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -103,7 +103,7 @@ def writer_alive(pid: int, started: int | None) -> bool:
 
 def writer_gone(info: RunInfo) -> bool:
     """Whether a run that says it is running was written by a process of this host that is gone."""
-    if info.status != "running" or info.pid is None or info.host != socket.gethostname():
+    if info.status != "running" or not isinstance(info.pid, int) or info.host != socket.gethostname():
         return False
     if info.pid == os.getpid() and info.pid_started == process_started(os.getpid()):
         return False
@@ -112,7 +112,7 @@ def writer_gone(info: RunInfo) -> bool:
 
 def writer_live_elsewhere(info: RunInfo) -> bool:
     """Whether another live process of this host is writing the run now."""
-    if info.status != "running" or info.pid is None or info.host != socket.gethostname():
+    if info.status != "running" or not isinstance(info.pid, int) or info.host != socket.gethostname():
         return False
     if info.pid == os.getpid():
         return False
