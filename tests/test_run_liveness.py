@@ -146,4 +146,6 @@ def test_runs_of_one_namespace_or_of_all(tmp_path, monkeypatch):
     )
     table = invoke("runs", "--all-namespaces").stdout
     assert "namespace" in table and "alice" in table and "every namespace" in table
-    assert "namespace" not in invoke("--namespace", "bob", "runs").stdout.split("\n", 2)[2]
+    title, _, header, *rest = invoke("--namespace", "bob", "runs").stdout.splitlines()
+    assert "namespace bob" in title and "namespace" not in header and "run_id" in header
+    assert "1 run(s) of other namespaces: --all-namespaces lists them" in " ".join(rest)
