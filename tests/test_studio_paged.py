@@ -13,6 +13,7 @@ import pytest
 
 from bench.memory_bench import play_keyroom
 from bench.studio_bench import DIM, clones, template_records
+from crl.agent.studio import memory_view
 from crl.agent.studio.memory_view import MemoryView, RecordFilter
 from crl.memory.bank import ExperienceBank
 from crl.memory.storage.embeddings import HashingEmbedding
@@ -73,7 +74,8 @@ def test_a_page_from_the_store_is_the_slice_of_ls(bank, q):
 
 
 def test_the_bar_keeps_reads_small_on_a_large_share(bank, monkeypatch):
-    """The first page of 10 by recency reads a few dozen records, not the 432."""
+    """The first page of 10 by recency reads a few dozen records, not the 432; so does a page
+    of a sort on which every record ties."""
     pager = Pager(bank.view)
     read = []
     real = Pager._read
@@ -86,6 +88,16 @@ def test_the_bar_keeps_reads_small_on_a_large_share(bank, monkeypatch):
     monkeypatch.setattr(Pager, "_read", counted)
     rows, total = pager.page(PageQuery(), 1, 10)
     assert total == N + 12 and len(rows) == 10 and sum(read) < 60
+
+    utilities = {r.utility for r in bank.ls("episode")}
+    assert len(utilities) == 1  # every record's utility is the fresh one: the whole bank ties
+    tied = []
+    real_tied = Pager._tied
+    monkeypatch.setattr(Pager, "_tied", lambda self, *a: tied.append(a[-1]) or real_tied(self, *a))
+    read.clear()
+    rows, _ = pager.page(PageQuery(sort="utility"), 2, 10)
+    assert [r.id for r in rows] == [r.id for r in bank.ls("episode", sort="utility")[10:20]]
+    assert tied == [20] and sum(read) < 60  # the tie's ids were read, then only the 20 records needed
 
 
 def test_counts_are_kept_until_the_stamp_changes(bank, monkeypatch):
@@ -105,7 +117,7 @@ def test_counts_are_kept_until_the_stamp_changes(bank, monkeypatch):
     assert calls.count(None) == counted
 
 
-def test_what_the_store_cannot_filter_goes_to_the_listing(bank):
+def test_what_the_store_cannot_filter_goes_to_the_listing(bank, monkeypatch):
     assert pageable("episode", "recency") and pageable("step", "use")
     for args in (("episode", "last_used"), ("rule", "recency")):
         assert not pageable(*args)
@@ -116,8 +128,18 @@ def test_what_the_store_cannot_filter_goes_to_the_listing(bank):
     flt = RecordFilter(outcome="success", tier="regular")
     before = view.page(flt, "value", 2, 25)
     assert before["listed_from"] == "store" and not view.listings.ready("episode")
+    monkeypatch.setattr(memory_view, "STORE_DEPTH", 49)
+    assert view.page(flt, "value", 1, 25)["listed_from"] == "store"
+    assert view.page(RecordFilter(kind="step"), "use", 2, 25)["listed_from"] == "listing"  # deeper: the listing
+    assert view.listings.ready("step") and not view.listings.ready("episode")
     tagged = view.page(RecordFilter(tag="reviewed"), "recent", 1, 25)  # a tag: only the listing knows
     assert tagged["listed_from"] == "listing" and view.listings.ready("episode")
     after = view.page(flt, "value", 2, 25)
     assert after["listed_from"] == "listing" and after["rows"] == before["rows"] and after["total"] == before["total"]
     assert {r["id"] for r in tagged["rows"]} == {r.id for r in bank.ls("episode", tag="reviewed")[:25]}
+
+
+def test_the_listing_scan_reads_what_ls_reads(bank):
+    for kind in ("episode", "step", "rule"):
+        scanned = {r.id: r for r in Pager(bank.view).records(kind, chunk=64)}
+        assert scanned == {r.id: r for r in bank.ls(kind)}

@@ -27,7 +27,11 @@ def studio(
         "--results",
         help="Folder of `crl experiment` results (repeatable; default ./experiments and ./docs/results).",
     ),
-    namespace: str | None = typer.Option(None, "--namespace", help="The bank's collection prefix (memory.namespace)."),
+    namespace: str | None = typer.Option(
+        None,
+        "--namespace",
+        help="The namespace the pages open on (memory.namespace); the memory browser picks any namespace of the home.",
+    ),
     memory_url: str | None = MemoryUrlOpt,
 ) -> None:
     """Open the studio: watch runs and learning curves, inspect episodes, curate memories, rules and adapters."""
@@ -48,7 +52,12 @@ def studio(
     about = served.about()
     shown_host = f"[{host}]" if ":" in host else host
     url = f"http://{shown_host}:{port}/" + (f"?token={token}" if token else "")
-    say(f"crl studio on {url}  ({about['mode']}, namespace {about['namespace']}; Ctrl-C stops it)")
+    names = [n["name"] for n in served.namespaces()["namespaces"]]
+    say(
+        f"crl studio on {url}  ({about['mode']}, namespace {about['namespace']}"
+        + (f" of {', '.join(names)}" if len(names) > 1 else "")
+        + "; Ctrl-C stops it)"
+    )
     if about["holds_lock"]:
         err.print(f"[yellow]note:[/] {escape(about['lock_note'])}", highlight=False)
     uvicorn.run(create_app(served, host=host, token=token), host=host, port=port, log_level="warning")

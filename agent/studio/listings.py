@@ -7,7 +7,7 @@ are read again (`view.locate`) and put back in place. Each filter set and sort i
 that, matched and ordered exactly as `ls` matches and orders (a test holds them equal).
 
 The first listing of a kind is built in the background (`build`, which `Studio.warm_up` starts)
-without holding the bank's lock, so pages (`memory.storage.paged` reads them straight from the
+in reads of 1,000 records (`Pager.records`) without holding the bank's lock, so pages (`memory.storage.paged` reads them straight from the
 view meanwhile), searches and curation are answered while it reads; a request that needs the
 listing waits for that one scan instead of starting another.
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crl.memory.records import AnyRecord, EpisodeRecord, StepRecord
+from crl.memory.storage.paged import Pager
 
 SORT_KEYS = {
     "recency": lambda r: r.created_at,
@@ -185,7 +186,7 @@ class Listings:
         try:
             with self.lock:  # the studio's own changes are in the view before they release it
                 end = self.bank.journal.end()
-            records = {r.id: r for r in self.bank.ls(kind)}
+            records = {r.id: r for r in Pager(self.bank.view).records(kind)}
             with self.lock:
                 if kind not in self._kinds:
                     self.scans += 1

@@ -26,6 +26,7 @@ TIERS = ("golden", "regular", "quarantine")
 OUTCOMES = ("success", "failure", "unfinished")
 SOURCES = ("real", "synthetic", "imported")
 MAX_PER_PAGE = 200
+STORE_DEPTH = 2000  # deeper pages read too much of the store: they wait for the listing
 RECORD_ACTIONS = ("pin", "quarantine", "release", "tag", "untag", "delete")
 RULE_ACTIONS = ("pin", "unpin", "delete")
 
@@ -143,7 +144,11 @@ class MemoryView:
         flt.check()
         if sort not in SORTS:
             raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
-        if not self.listings.ready(flt.kind) and pageable(flt.kind, SORTS[sort], flt.source, flt.skill, flt.tag):
+        if (
+            not self.listings.ready(flt.kind)
+            and page * per_page <= STORE_DEPTH
+            and pageable(flt.kind, SORTS[sort], flt.source, flt.skill, flt.tag)
+        ):
             with self.lock:
                 stamp = self.bank.journal.end()
                 shown, total = self.pager.page(self.page_query(flt, sort), page, per_page, stamp)

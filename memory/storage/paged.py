@@ -19,11 +19,13 @@ The result is exact whatever the guess: every record left out has a key below a 
 `n` records clear. Filters on fields the metadata does not hold flat (tags and skills are
 joined strings, an imported record is not marked there) and the last-used sort are not served
 here (`pageable`); nor are rules (a few, listed whole). Many records tied at the bar (say every
-fresh record's value) are all read.
+fresh record's utility) are not all read: their ids are, and the page takes the highest.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +34,8 @@ from crl.memory.storage.store import BUCKETS, ChromaView, from_chroma
 
 FLAT_SORTS = {"recency": "created_at", "value": "value", "use": "use_count", "utility": "utility"}
 SLICES = 6
-MAX_PROBES = 40
+MAX_PROBES = 30
+SCAN_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,9 @@ def buckets_of(q: PageQuery) -> tuple[str, ...]:
     return buckets
 
 
-def where_of(q: PageQuery, bucket: str, bar: float | None = None) -> dict[str, Any] | None:
-    """The Chroma `where` filter of `q` in a collection of `bucket` (and of a key at or above
-    `bar`), None for none. What the bucket already says is left out: a filter on a large share of
+def where_of(q: PageQuery, bucket: str, bar: float | None = None, op: str = "$gte") -> dict[str, Any] | None:
+    """The Chroma `where` filter of `q` in a collection of `bucket` (and of the key compared with
+    `bar` by `op`: at or above it by default), None for none. What the bucket already says is left out: a filter on a large share of
     a collection costs as much as reading its ids (an `ok` bucket holds only successes, `q` only
     quarantined records)."""
     clauses: list[dict[str, Any]] = []
@@ -79,10 +82,20 @@ def where_of(q: PageQuery, bucket: str, bar: float | None = None) -> dict[str, A
     if q.variant is not None:
         clauses.append({"variant": q.variant})
     if bar is not None:
-        clauses.append({FLAT_SORTS[q.sort]: {"$gte": int(bar) if q.sort == "use" else bar}})
+        clauses.append({FLAT_SORTS[q.sort]: {op: int(bar) if q.sort == "use" else bar}})
     if not clauses:
         return None
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+@dataclass(frozen=True)
+class Bar:
+    """Where a page's records start: keys `op` `value`; `tie`: fewer than the page's records are
+    past it, the rest share `value`."""
+
+    value: float
+    op: str = "$gte"
+    tie: bool = False
 
 
 @dataclass
@@ -121,6 +134,7 @@ class Pager:
     def __init__(self, view: ChromaView):
         self.view = view
         self._counts: dict[tuple, list[tuple[int, int]]] = {}
+        self._bars: dict[tuple, float | None] = {}  # the bar a page was read with, kept like the counts
 
     def sources(self, q: PageQuery, stamp: Any = None) -> list[Source]:
         """The collections holding `q`'s records (those that exist) with their counts (kept until
@@ -155,38 +169,46 @@ class Pager:
         return sum(s.matching for s in self.sources(q))
 
     def page(self, q: PageQuery, page: int, per_page: int, stamp: Any = None) -> tuple[list[AnyRecord], int]:
-        """Page `page` (from 1) of `q`'s records in `ls` order, and how many match in all."""
+        """Page `page` (from 1) of `q`'s records in `ls` order, and how many match in all (with
+        `stamp`, the counts and the bar found are kept for the next call with the same stamp)."""
         sources = [s for s in self.sources(q, stamp) if s.matching]
         total = sum(s.matching for s in sources)
         n = min(page * per_page, total)
         if n <= 0:
             return [], total
         key = FLAT_SORTS[q.sort]
+        kept = (q, n, stamp)
         want = n
         for _ in range(MAX_PROBES):
-            bar = self._bar(q, sources, want)
+            bar = self._bars.pop(kept) if stamp is not None and kept in self._bars else self._bar(q, sources, want)
             records = [r for r in self._read(q, sources, bar) if matches(q, r)]
+            if bar is not None and bar.tie:
+                records += self._tied(q, sources, bar.value, n - len(records))
             if bar is None or len(records) >= n:
                 break
             want *= 4  # the loose collections' estimate fell short: aim lower
+        if stamp is not None:
+            self._bars = {k: v for k, v in self._bars.items() if k[-1] == stamp} | {kept: bar}
         records.sort(key=lambda r: (getattr(r, key), r.id), reverse=True)
         return records[(page - 1) * per_page : n], total
 
-    def _above(self, q: PageQuery, sources: list[Source], bar: float, cap: int) -> float:
-        """About how many matching records have a key at or above `bar` (counted up to about `cap`)."""
+    def _above(self, q: PageQuery, sources: list[Source], bar: float, cap: int, op: str = "$gte") -> float:
+        """About how many matching records have a key `op` `bar` (counted up to about `cap`)."""
         above = 0.0
         for s in sources:
             if s.loose:
-                above += self.ids(s.col, where_of(PageQuery(sort=q.sort), s.bucket, bar), limit=cap) * s.share
+                above += self.ids(s.col, where_of(PageQuery(sort=q.sort), s.bucket, bar, op), limit=cap) * s.share
             else:
-                above += self.ids(s.col, where_of(q, s.bucket, bar), limit=cap)
+                above += self.ids(s.col, where_of(q, s.bucket, bar, op), limit=cap)
         return above
 
-    def _bar(self, q: PageQuery, sources: list[Source], n: int) -> float | None:
+    def _bar(self, q: PageQuery, sources: list[Source], n: int) -> Bar | None:
         """A key about `n` matching records reach, and not many more (None: read them all).
 
         Counting reads ids only, so each probe costs little; the bar starts where a few sampled
         keys put it, then steps out (doubling) until it brackets the wanted count, then bisects.
+        A sampled key many records share (every fresh record's utility) is checked for a tie:
+        when fewer than `n` records are above it, the rest of the page is tied at it (`_tied`).
         """
         total = sum(s.matching for s in sources)
         cap = n + n // 2 + 10
@@ -195,6 +217,7 @@ class Pager:
         keys = sorted(self._sample(q, sources), reverse=True)
         if not keys:
             return None
+        shared = {k for k in keys if keys.count(k) > 1}
         integral = q.sort == "use"
         bar = keys[min(len(keys) - 1, int(n * len(keys) / total))]
         step = max((keys[0] - keys[-1]) / len(keys), abs(bar) * 1e-6, 1e-9)
@@ -204,7 +227,13 @@ class Pager:
                 bar = float(round(bar))
             above = self._above(q, sources, bar, cap)
             if n <= above < cap:
-                return bar
+                return Bar(bar)
+            if above >= cap and (bar in shared or integral):
+                strictly = self._above(q, sources, bar, cap, "$gt")
+                if strictly < n:
+                    return Bar(bar, "$gt", tie=True)
+                if strictly < cap:
+                    return Bar(bar, "$gt")
             if above < n:
                 high = bar
             else:
@@ -219,7 +248,7 @@ class Pager:
                 bar, step = high - step, step * 2
             else:
                 bar, step = low + step, step * 2
-        return low
+        return None if low is None else Bar(low)
 
     def _sample(self, q: PageQuery, sources: list[Source]) -> list[float]:
         """The sort keys of a few records spread over each collection (read without filters: a
@@ -232,12 +261,13 @@ class Pager:
                 keys.extend(float(m[field]) for m in got["metadatas"] if m.get(field) is not None)
         return keys
 
-    def _read(self, q: PageQuery, sources: list[Source], bar: float | None) -> list[AnyRecord]:
-        """The records of `sources` with a key at or above `bar` (filtered by `where` in the tight
+    def _read(self, q: PageQuery, sources: list[Source], bar: Bar | None) -> list[AnyRecord]:
+        """The records of `sources` with a key past `bar` (filtered by `where` in the tight
         collections only: `matches` checks them all), episodes without their trajectory."""
         out: list[AnyRecord] = []
         for s in sources:
-            where = where_of(PageQuery(sort=q.sort) if s.loose else q, s.bucket, bar)
+            shown = PageQuery(sort=q.sort) if s.loose else q
+            where = where_of(shown, s.bucket) if bar is None else where_of(shown, s.bucket, bar.value, bar.op)
             offset = 0
             while True:
                 got = s.col.get(where=where, include=["metadatas"], limit=self.view.batch, offset=offset)
@@ -246,3 +276,42 @@ class Pager:
                 out.extend(from_chroma(m) for m in got["metadatas"])
                 offset += len(got["ids"])
         return out
+
+    def _tied(self, q: PageQuery, sources: list[Source], value: float, need: int) -> list[AnyRecord]:
+        """The `need` matching records with key `value` that come first in `ls` order (highest ids):
+        their ids are read (cheap), then only those records."""
+        if need <= 0:
+            return []
+        found: list[tuple[str, Source]] = []
+        for s in sources:
+            got = s.col.get(where=where_of(q, s.bucket, value, "$eq"), include=[])
+            found.extend((rid, s) for rid in got["ids"])
+        found.sort(key=lambda p: p[0], reverse=True)
+        by_source: dict[int, tuple[Source, list[str]]] = {}
+        for rid, s in found[:need]:
+            by_source.setdefault(id(s), (s, []))[1].append(rid)
+        out: list[AnyRecord] = []
+        for s, ids in by_source.values():
+            out.extend(from_chroma(m) for m in s.col.get(ids=ids, include=["metadatas"])["metadatas"])
+        return out
+
+    def records(self, kind: str, chunk: int = SCAN_CHUNK) -> Iterator[AnyRecord]:
+        """Every record of `kind`, as `ExperienceBank.ls(kind)` reads them (episodes without their
+        trajectory), in reads of `chunk` records: Chroma holds the interpreter for the whole of a
+        read, so short reads let a server's other threads answer in between."""
+        if kind == "rule":
+            names = [self.view.name_of("rule", "", "")]
+        else:
+            names = [self.view.name_of(kind, f, b) for f in self.view.families(kind) for b in BUCKETS]
+        for name in names:
+            col = self.view._collection(name, create=False)
+            if col is None:
+                continue
+            offset = 0
+            while True:
+                got = col.get(include=["metadatas"], limit=chunk, offset=offset)
+                if not got["ids"]:
+                    break
+                yield from (from_chroma(m) for m in got["metadatas"])
+                offset += len(got["ids"])
+                time.sleep(0)
