@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import shutil
 
 import pytest
 from fastapi.testclient import TestClient
@@ -158,3 +159,26 @@ def test_an_unknown_namespace_is_a_clear_404(client):
     assert r.status_code == 404 and "no memory namespace 'carol'" in r.json()["error"]
     assert client.get("/api/memories", params={"namespace": "x" * 65}).status_code == 422
     assert [n["name"] for n in ok(client.get("/api/namespaces"))["namespaces"]] == ["crl", "bob"]  # nothing made
+
+
+def test_an_episodes_memory_links_go_to_the_namespace_its_run_learned_from(client, two_namespaces):
+    runs = ok(client.get("/api/runs"))
+    failed = runs[0]["run_id"]  # newest first: the run of failures
+    home_links = ok(client.get(f"/api/runs/{failed}/episodes/0"))
+    assert home_links["memory_link"] == f"/memories/ep:keyroom:{failed}-0000"
+    source = two_namespaces / "runs" / failed
+    copy = two_namespaces / "runs" / "20990101-000000-bob"
+    shutil.copytree(source, copy)
+    info = json.loads((copy / "run.json").read_text())
+    info["run_id"] = copy.name
+    info["settings"]["memory"]["namespace"] = "bob"
+    (copy / "run.json").write_text(json.dumps(info))
+    log = (copy / "episodes.jsonl").read_text().replace(failed, copy.name)
+    (copy / "episodes.jsonl").write_text(log)
+    ep = ok(client.get(f"/api/runs/{copy.name}/episodes/0"))
+    assert ep["namespace"] == "bob" and ep["memory_link"] == f"/memories/ep:keyroom:{copy.name}-0000?namespace=bob"
+    links = [m["link"] for s in ep["steps"] for m in s["memories"] if m["link"]]
+    assert links and all(link.endswith("?namespace=bob") for link in links)
+    assert not any("namespace" in (m["link"] or "") for s in home_links["steps"] for m in s["memories"])
+    page = client.get(f"/runs/{copy.name}/episodes/0").text
+    assert f'href="/memories/ep:keyroom:{copy.name}-0000?namespace=bob"' in page

@@ -144,7 +144,7 @@ def run_progress(run_id: str, s: S) -> dict[str, Any]:
 @router.get("/runs/{run_id}/episodes/{number}", dependencies=[known_params()])
 def episode(run_id: str, number: int, s: S) -> dict[str, Any]:
     """An episode step by step, with what memory offered at each step and why (`crl explain`)."""
-    return runs_view.episode_detail(s.stores, run_id, number)
+    return runs_view.episode_detail(s.stores, run_id, number, s.bank.namespace)
 
 
 @router.get("/experiments", dependencies=[known_params()])

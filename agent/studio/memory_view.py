@@ -69,13 +69,14 @@ def history_rows(items) -> list[dict[str, Any]]:
     return render_memory.history_json(items)
 
 
-def record_link(record_id: str) -> str | None:
-    """The studio page of a memory record id (None for keys that are not records, e.g. action values)."""
+def record_link(record_id: str, namespace: str | None = None) -> str | None:
+    """The studio page of a memory record id (None for keys that are not records, e.g. action
+    values), in `namespace` when given (none: the studio's default)."""
     try:
         parse_record_id(record_id)
     except ValueError:
         return None
-    return f"/memories/{record_id}"
+    return f"/memories/{record_id}" + (f"?namespace={namespace}" if namespace else "")
 
 
 class MemoryView:

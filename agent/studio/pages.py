@@ -71,7 +71,9 @@ def run_page(request: Request, run_id: str, s: S):
 
 @router.get("/runs/{run_id}/episodes/{number}", response_class=HTMLResponse, dependencies=[known_params()])
 def episode_page(request: Request, run_id: str, number: int, s: S):
-    return page(request, "episode.html", s, "runs", data=runs_view.episode_detail(s.stores, run_id, number))
+    return page(
+        request, "episode.html", s, "runs", data=runs_view.episode_detail(s.stores, run_id, number, s.bank.namespace)
+    )
 
 
 @router.get("/experiments", response_class=HTMLResponse, dependencies=[known_params()])

@@ -10,6 +10,7 @@ from typing import Any
 
 from crl.agent.explain import explain_step
 from crl.agent.runs import RunInfo, RunStore, find_run, summarise
+from crl.memory.storage.namespaces import run_namespace
 from crl.memory.trajectory import Episode
 from crl.tasks.evaluation import wilson_interval
 
@@ -119,8 +120,9 @@ def progress(stores: list[RunStore], run_id: str) -> dict[str, Any]:
     }
 
 
-def episode_detail(stores: list[RunStore], run_id: str, number: int) -> dict[str, Any]:
-    """An episode step by step with `crl explain`'s data for each step, every memory id a link.
+def episode_detail(stores: list[RunStore], run_id: str, number: int, default_namespace: str = "") -> dict[str, Any]:
+    """An episode step by step with `crl explain`'s data for each step, every memory id a link
+    (into the namespace the run learned from, when it is not `default_namespace`).
 
     Raises:
         FileNotFoundError: no such run.
@@ -132,12 +134,14 @@ def episode_detail(stores: list[RunStore], run_id: str, number: int) -> dict[str
     if not found:
         raise LookupError(f"run {run_id} has no episode {number}")
     ep = found[0]
+    recorded = run_namespace(store.dir, run_id)
+    ns = recorded if recorded and recorded != default_namespace else None
     steps = []
     for step in ep.steps:
         e = explain_step(step)
         in_prompt = set((e["prompt"] or {}).get("memory_keys") or [])
         for m in e["memories"]:
-            m["link"] = record_link(str(m.get("id", "")))
+            m["link"] = record_link(str(m.get("id", "")), ns)
             m["in_prompt"] = m.get("id") in in_prompt
         e["thought"] = step.thought
         e["reason"] = (e["policy"] or {}).get("reason") or ""
@@ -148,7 +152,8 @@ def episode_detail(stores: list[RunStore], run_id: str, number: int) -> dict[str
         "run_id": run_id,
         "number": number,
         "episode": episode_row(ep) | {"task": ep.task, "goal": ep.goal, "model": ep.model, "adapter": ep.adapter},
-        "memory_link": record_link(f"ep:{ep.family}:{ep.episode_id}"),
+        "memory_link": record_link(f"ep:{ep.family}:{ep.episode_id}", ns),
+        "namespace": recorded,
         "steps": steps,
     }
 
