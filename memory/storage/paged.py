@@ -36,6 +36,7 @@ FLAT_SORTS = {"recency": "created_at", "value": "value", "use": "use_count", "ut
 SLICES = 6
 MAX_PROBES = 30
 SCAN_CHUNK = 1000
+SAMPLE_KEPT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,8 @@ class Pager:
     def __init__(self, view: ChromaView):
         self.view = view
         self._counts: dict[tuple, list[tuple[int, int]]] = {}
-        self._bars: dict[tuple, float | None] = {}  # the bar a page was read with, kept like the counts
+        self._bars: dict[tuple, Bar | None] = {}  # the bar a page was read with, kept like the counts
+        self._samples: dict[tuple[str, str], tuple[float, list[float]]] = {}
 
     def sources(self, q: PageQuery, stamp: Any = None) -> list[Source]:
         """The collections holding `q`'s records (those that exist) with their counts (kept until
@@ -252,13 +254,20 @@ class Pager:
 
     def _sample(self, q: PageQuery, sources: list[Source]) -> list[float]:
         """The sort keys of a few records spread over each collection (read without filters: a
-        filtered read at an offset costs as much as the filter, and the bars are checked anyway)."""
+        filtered read at an offset costs as much as the filter, and the bars are checked anyway).
+        Each collection's are kept for `SAMPLE_KEPT_S`: they only guide the first bar."""
         field = FLAT_SORTS[q.sort]
+        now = time.monotonic()
         keys: list[float] = []
         for s in sources:
-            for j in range(min(SLICES, s.size)):
-                got = s.col.get(include=["metadatas"], limit=2, offset=int(s.size * j / SLICES))
-                keys.extend(float(m[field]) for m in got["metadatas"] if m.get(field) is not None)
+            kept = self._samples.get((s.col.name, field))
+            if kept is None or now - kept[0] > SAMPLE_KEPT_S:
+                got_keys = []
+                for j in range(min(SLICES, s.size)):
+                    got = s.col.get(include=["metadatas"], limit=2, offset=int(s.size * j / SLICES))
+                    got_keys.extend(float(m[field]) for m in got["metadatas"] if m.get(field) is not None)
+                kept = self._samples[(s.col.name, field)] = (now, got_keys)
+            keys.extend(kept[1])
         return keys
 
     def _read(self, q: PageQuery, sources: list[Source], bar: Bar | None) -> list[AnyRecord]:
