@@ -489,6 +489,16 @@ def test_server_mode_sees_what_a_run_writes_while_the_studio_is_open(
         run = ok(c.get("/api/runs"))[0]
         assert run["finished"] == 2
 
+        other = "other" + uuid.uuid4().hex[:8]  # a second namespace of the home, written while the studio is open
+        r = invoke("--home", home, "--namespace", other, "run", "keyroom/key", "-n", 1, "--max-steps", 2, "--seed", 7)
+        assert r.exit_code == 0, r.output
+        listed = ok(c.get("/api/namespaces"))
+        assert [n["name"] for n in listed["namespaces"]] == [settings.memory.namespace, other]
+        assert other not in listed["other_homes"]
+        page = ok(c.get("/api/memories", params={"namespace": other}))
+        assert page["namespace"] == other and page["total"] == 1 and page["rows"][0]["seed"] == 7
+        assert ok(c.get("/api/memories"))["total"] == 2
+
 
 def test_listings_follow_the_journal_without_scanning_again(client):
     from crl.agent.studio.memory_view import SORTS, RecordFilter
