@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from crl.agent.llm.base import Completion, GenerationConfig, Message
 from crl.agent.parsing import normalise, parse_reply
+from crl.memory.purpose import given_subgoals
 from crl.memory.trajectory import Episode, LoopBreak, MemoryOffer, PolicyDecision, Step, StepExtra
 from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, PromptReport, assemble_prompt
 from crl.prompts.budget import BudgetItem, TokenCount
@@ -81,6 +82,7 @@ class EpisodeSession:
         self._started = time.monotonic()
         self._seen: dict[tuple[str, str], int] = {}
         self._tried: dict[str, set[str]] = {}
+        self._no_ops: dict[tuple[str, ...], set[str]] = {}
 
     def replay(self, steps: list[Step]) -> None:
         """Re-apply logged steps (for `--resume`): the environment is deterministic per seed,
@@ -145,8 +147,14 @@ class EpisodeSession:
         return "Thought:" if self.config.react else "Action:"
 
     def tried_here(self) -> set[str]:
-        """Actions (and unusable replies) already tried in the current situation."""
-        return self._tried.get(self.observation.text, set())
+        """Actions (and unusable replies) already tried in the current situation: after this same
+        observation, or, with `agent.loop_breaker` where the task lists its actions, with this same
+        list of actions and nothing changed by them (`examine door` twice: the second can only
+        repeat the first)."""
+        tried = self._tried.get(self.observation.text, set())
+        listed = self.observation.admissible_actions if self.config.loop_breaker else None
+        no_ops = self._no_ops.get(tuple(sorted(listed)), set()) if listed else set()
+        return tried | no_ops if no_ops else tried
 
     def recent_actions(self) -> list[str]:
         """The actions of the history window, oldest first."""
@@ -266,6 +274,8 @@ class EpisodeSession:
         return random.Random(f"{self.episode.task}:{self.episode.seed}:{index}").choice(options)
 
     def _advance(self, action: str, obs: Observation, step: Step, info: dict, call: dict | None = None) -> None:
+        if self._changed_nothing(obs, step, info):
+            self._no_ops.setdefault(tuple(sorted(self.observation.admissible_actions)), set()).add(action)
         key = (self.observation.text, action)
         repeats = self._seen.get(key, 0)
         self._seen[key] = repeats + 1
@@ -279,6 +289,19 @@ class EpisodeSession:
             self.episode.subgoals = {k: bool(v) for k, v in subgoals.items()}
         if step.done:
             self.episode.success = bool(info.get("success", step.reward > 0))
+
+    def _changed_nothing(self, obs: Observation, step: Step, info: dict) -> bool:
+        """Whether a step left everything as it was: the same listed actions, the same last paragraph
+        of the observation (the room as described, not the feedback above it), no reward, no new
+        sub-goal. Only a task that lists its actions can tell."""
+        before, after = self.observation.admissible_actions, obs.admissible_actions
+        if not before or not after or sorted(before) != sorted(after) or step.reward or step.done:
+            return False
+        if _last_paragraph(obs.text) != _last_paragraph(self.observation.text):
+            return False
+        reached = {k for k, v in self.episode.subgoals.items() if v} | set(given_subgoals(self.episode.task))
+        subgoals = info.get("subgoals")
+        return not isinstance(subgoals, dict) or {k for k, v in subgoals.items() if v} <= reached
 
     def _check_guards(self, step: Step) -> None:
         if step.done:
@@ -298,3 +321,7 @@ class EpisodeSession:
     @property
     def finished(self) -> bool:
         return self.episode.finished
+
+
+def _last_paragraph(text: str) -> str:
+    return text.rsplit("\n\n", 1)[-1].strip()

@@ -27,7 +27,8 @@ def looker_after_a_failure_and_a_success(home):
     """A bank holding one failed play of a seed (a model that prefers looking around, by one nat)
     and one solved play; returns the settings, that looking model and the solved run."""
     plan = solve(fold_seeds("keyroom/key", "train", 1)[0], "key")
-    mem = settings_for(home, bank=True, memory="off", max_steps=len(plan) + 2)
+    # loop_breaker off: looking again must stay possible (it is a no-op the loop breaker would rule out)
+    mem = settings_for(home, bank=True, memory="off", max_steps=len(plan) + 2, loop_breaker=False)
     looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in plan}))
     start_run(mem, "keyroom/key", 1, model=looker)
     solved = start_run(mem, "keyroom/key", 1, model=ScriptedModel([f" {a}" for a in plan]))
@@ -70,6 +71,19 @@ def test_a_repeated_argmax_is_avoided_by_the_posterior_not_replaced_at_random(cr
     avoided = [st for st in steps if st.decided_by == "repeat-avoidance"]
     assert avoided and avoided[0].action == "inventory"
     assert avoided[0].extra.policy.posterior["avoided"] == ["look"] and avoided[0].extra.loop_break is None
+
+
+def test_an_action_that_changed_nothing_is_not_repeated_while_nothing_changes(crl_home):
+    """`examine` and `look` leave the room as it was: with the loop breaker (the default) the
+    posterior passes over them in the same situation, though the feedback above the room differs."""
+    prefs = {"examine door": 0.0, "look": -0.2, "inventory": -0.4}
+    model = ScriptedModel(lambda messages: json.dumps(prefs))
+    steps = start_run(settings_for(crl_home, max_steps=6), "keyroom/door", 1, model=model).episodes[0].steps
+    assert [st.action for st in steps[:3]] == ["examine door", "look", "inventory"]
+    assert steps[3].action not in prefs  # every no-op passed over while the room stays as it was
+    off = start_run(settings_for(crl_home, max_steps=6, loop_breaker=False), "keyroom/door", 1, model=model)
+    repeated = [st.action for st in off.episodes[0].steps]
+    assert repeated.count("examine door") > 1
 
 
 def test_memory_overrides_the_model_where_it_knows_better(crl_home):
@@ -134,7 +148,7 @@ def test_explore_untried_reaches_the_loop_from_settings(crl_home):
     seed onto actions no stored step took there (evidence n = 0); with it off, memory never does."""
     plan = solve(fold_seeds("keyroom/key", "train", 1)[0], "key")
     looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0, "inventory": -0.5} | {a: -3.0 for a in plan}))
-    mem = settings_for(crl_home, bank=True, memory="off", max_steps=len(plan) + 2)
+    mem = settings_for(crl_home, bank=True, memory="off", max_steps=len(plan) + 2, loop_breaker=False)
     start_run(mem, "keyroom/key", 1, model=looker)
 
     def untried_choices(settings) -> list:
