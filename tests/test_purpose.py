@@ -124,3 +124,21 @@ def test_the_posterior_opens_the_door_in_a_compound_game_from_door_task_experien
         reached[condition] = run.episodes[0].subgoals
     assert reached["task"].get("key") and not reached["task"].get("door")
     assert reached["purpose"].get("door")
+
+
+def test_stored_steps_carry_their_purpose_and_a_rebuild_from_the_logs_restores_it(tmp_path):
+    from crl.agent.app import open_bank
+
+    settings = settings_for(tmp_path, "purpose")
+    seed = fold_seeds("keyroom/door", "train", 1)[0]
+    start_run(settings, "keyroom/door", 1, model=ScriptedModel([f" {a}" for a in solve(seed, "door")]))
+    with open_bank(settings) as bank:
+        before = {r.id: (r.purpose, r.purpose_in) for r in bank.ls(kind="step")}
+        bank.rebuild()
+        after = {r.id: (r.purpose, r.purpose_in) for r in bank.ls(kind="step")}
+        door = bank.query_steps("keyroom", [bank.ls(kind="step")[0].text], k=5, purpose="door")[0]
+        key = bank.query_steps("keyroom", [bank.ls(kind="step")[0].text], k=5, purpose="key")[0]
+    n = len(before)
+    assert n and before == after
+    assert sorted(before.values(), key=lambda p: -p[1]) == [("door", n - 1 - i) for i in range(n)]
+    assert len(door) == n and key == []
