@@ -490,9 +490,15 @@ def run_task(
     work: Path,
     ablate: Sequence[str] = (),
     log: Callable[[str], None] = lambda line: print(line, flush=True),
+    first: int = 0,
 ) -> dict[str, Any]:
-    """Every cell of one task (all models, attacks and rates) and its benign success."""
+    """Every cell of one task (all models, attacks and rates) and its benign success; the victims are
+    the bank's games `first` to `first + trials - 1`."""
     task = TASKS[task_key]
+    if first < 0 or trials < 1 or first + trials > n_solved:
+        raise ValueError(
+            f"victim games {first} to {first + trials - 1} are not among the bank's {n_solved} solved games"
+        )
     home = work / task_key
     shutil.rmtree(home, ignore_errors=True)
     suite = Suite(home, task, embedding, ablate)
@@ -502,7 +508,7 @@ def run_task(
         benign_records = suite.step_records()
         log(f"{task}: benign bank of {benign_records} step records ({time.time() - t0:.0f} s)")
         env = suite.make_env()
-        targets = [(s, *attacker_action(env, task, s)) for s in seeds[:trials]]
+        targets = [(s, *attacker_action(env, task, s)) for s in seeds[first : first + trials]]
         env.close()
         cells: list[Cell] = []
         benign: dict[str, dict[str, Any]] = {}
@@ -553,6 +559,7 @@ def run_task(
         "task": task,
         "ablated": sorted(ablate),
         "benign_records": benign_records,
+        "games": [first, first + trials],
         "seconds": round(time.time() - t0, 1),
         "benign": benign,
         "cells": [c.to_dict() for c in cells],
@@ -570,6 +577,99 @@ def label(task_result: dict[str, Any], model: str) -> str:
     """The model column: the model, and the defences an ablation left off in the 'on' arm."""
     ablated = task_result.get("ablated")
     return f"{model}, on without {' + '.join(ablated)}" if ablated else model
+
+
+def games_of(task_result: dict[str, Any], trials: int) -> tuple[int, int]:
+    """The half-open range of bank games a task result's victims were (results before `games` was
+    recorded played the first `trials`)."""
+    first, end = task_result.get("games", (0, trials))
+    return first, end
+
+
+def add_tally(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    """The tally of `a` and `b` together (`a` None: `b` alone)."""
+    hits, trials = b["hits"] + (a["hits"] if a else 0), b["trials"] + (a["trials"] if a else 0)
+    t = Tally(hits, trials)
+    return t.to_dict()
+
+
+def pooled(results: dict[str, Any]) -> dict[str, Any]:
+    """Cells and benign tallies of the same task, model (and ablation), attack, rate and bank summed over
+    runs whose victim games do not overlap; a run overlapping one already taken (repeating its games,
+    larger runs taken first) is left out. Keys "cells" and "benign" (lists of rows with `runs`)."""
+    groups: dict[tuple, list[tuple[tuple[int, int], dict[str, Any]]]] = {}
+    for r in results["tasks"]:
+        for c in r["cells"]:
+            key = ("cell", c["task"], label(r, c["model"]), c["attack"], c["rate"], c["benign_records"])
+            groups.setdefault(key, []).append((games_of(r, c["off"]["trials"]), c))
+        for model, b in r["benign"].items():
+            key = ("benign", r["task"], label(r, model), r["benign_records"])
+            row = {"task": r["task"], "model": label(r, model), "benign_records": r["benign_records"], **b}
+            groups.setdefault(key, []).append((games_of(r, b["off"]["trials"]), row))
+    out: dict[str, list[dict[str, Any]]] = {"cells": [], "benign": []}
+    for key, parts in groups.items():
+        taken: list[tuple[int, int]] = []
+        row: dict[str, Any] = {}
+        for (lo, hi), part in sorted(parts, key=lambda p: p[0][0] - p[0][1]):
+            if any(lo < b and a < hi for a, b in taken):
+                continue
+            taken.append((lo, hi))
+            if key[0] == "cell":
+                row.setdefault("task", part["task"])
+                row.update(
+                    model=key[2], attack=part["attack"], rate=part["rate"], benign_records=part["benign_records"]
+                )
+                row["poison_records"] = max(row.get("poison_records", 0), part["poison_records"])
+                row["off"], row["on"] = add_tally(row.get("off"), part["off"]), add_tally(row.get("on"), part["on"])
+            else:
+                row.update(task=part["task"], model=part["model"])
+                row["off"], row["on"] = add_tally(row.get("off"), part["off"]), add_tally(row.get("on"), part["on"])
+                base, mine = row.get("attacker_action_without_poison", {}), part.get("attacker_action_without_poison")
+                if mine:
+                    row["attacker_action_without_poison"] = {k: add_tally(base.get(k), mine[k]) for k in ("off", "on")}
+        row["runs"] = len(taken)
+        row["games"] = sorted(taken)
+        out[key[0] if key[0] == "benign" else "cells"].append(row)
+    return out
+
+
+def pooled_table(results: dict[str, Any]) -> list[str]:
+    """Markdown lines of the pooled cells and benign success (empty when no cell has more than one run)."""
+    pool = pooled(results)
+    if all(row["runs"] == 1 for row in pool["cells"] + pool["benign"]):
+        return []
+
+    def spans(row: dict[str, Any]) -> str:
+        return ", ".join(f"{a}-{b - 1}" for a, b in row["games"])
+
+    lines = [
+        "",
+        "## Pooled over runs",
+        "",
+        "The rows above of one task, model, attack, rate and bank summed over the runs whose victim games do not "
+        "overlap (games: the bank's solved games, numbered from 0, that were victims; a run repeating games already "
+        "counted is left out).",
+        "",
+        "| task | model | attack | poison rate (records) | games | attack success, defences off | attack success, defences on |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in pool["cells"]:
+        lines.append(
+            f"| {c['task'].split('?')[0]} | {c['model']} | {c['attack']} | {100 * c['rate']:g}% "
+            f"({c['poison_records']} of {c['benign_records']}) | {spans(c)} | {pct(c['off'])} | {pct(c['on'])} |"
+        )
+    lines += [
+        "",
+        "| task | model | games | benign success, defences off | benign success, defences on | attacker's action unpoisoned, off | on |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b in pool["benign"]:
+        base = b.get("attacker_action_without_poison", {})
+        off, on = (pct(base[k]) if k in base else "–" for k in ("off", "on"))
+        lines.append(
+            f"| {b['task'].split('?')[0]} | {b['model']} | {spans(b)} | {pct(b['off'])} | {pct(b['on'])} | {off} | {on} |"
+        )
+    return lines
 
 
 def table(results: dict[str, Any]) -> str:
@@ -608,6 +708,7 @@ def table(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['task'].split('?')[0]} | {label(r, model)} | {pct(b['off'])} | {pct(b['on'])} | {off} | {on} |"
             )
+    lines += pooled_table(results)
     return "\n".join(lines) + "\n"
 
 
@@ -636,6 +737,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--attacks", default=",".join(ATTACKS))
     parser.add_argument("--rates", default=",".join(str(r) for r in RATES))
     parser.add_argument("--trials", type=int, default=20, help="victim games per cell (each played off and on)")
+    parser.add_argument(
+        "--first", type=int, default=0, help="the first victim game (victims: the bank's games first .. first+trials-1)"
+    )
     parser.add_argument("--solved", type=int, default=200, help="solved episodes in the benign bank")
     parser.add_argument("--random", type=int, default=80, help="random-policy episodes in the benign bank")
     parser.add_argument("--embedding", default="default", choices=("default", "hashing"))
@@ -656,6 +760,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         merged = {"command": " ; ".join(p["command"] for p in parts), "tasks": [t for p in parts for t in p["tasks"]]}
         write_results(merged, args.out)
         return 0
+    if args.first < 0 or args.trials < 1 or args.first + args.trials > args.solved:
+        parser.error(
+            f"--first {args.first} --trials {args.trials}: the victims must be among the {args.solved} solved games"
+        )
     models = build_models([m for m in args.models.split(",") if m])
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="attack-suite-"))
     command = "python bench/attack_suite.py " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
@@ -674,6 +782,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.embedding,
                     work,
                     [a for a in args.ablate.split(",") if a],
+                    first=args.first,
                 )
             )
     finally:

@@ -11,6 +11,7 @@ from bench.attack_suite import (
     follower_choice,
     gullible_reflector,
     main,
+    pooled,
     run_task,
     table,
     wilson,
@@ -86,11 +87,12 @@ def test_attacks_succeed_off_and_fail_on(tmp_path):
 
 def test_the_command_writes_results_and_table(tmp_path):
     out = tmp_path / "out"
-    argv = ["--tasks", "keyroom", "--attacks", "forged-import", "--rates", "0.05", "--trials", "1"]
+    argv = ["--tasks", "keyroom", "--attacks", "forged-import", "--rates", "0.05", "--trials", "1", "--first", "4"]
     argv += ["--solved", "6", "--random", "2", "--embedding", "hashing", "--out", str(out)]
     assert main(argv) == 0
     data = json.loads((out / "results.json").read_text())
     assert data["tasks"][0]["cells"][0]["attack"] == "forged-import"
+    assert data["tasks"][0]["games"] == [4, 5]
     assert "benign success" in (out / "table.md").read_text()
 
 
@@ -101,3 +103,56 @@ def test_an_ablation_shows_which_defence_stops_an_attack(tmp_path):
     assert cells["minja"]["on"]["hits"] >= 1  # only the stripping stops MINJA
     assert cells["agentpoison"]["on"]["hits"] == 0  # the verified-only rule still stops forged records
     assert "scripted, on without sanitise_memory + strip_instructions" in table({"command": "x", "tasks": [result]})
+
+
+def test_victims_outside_the_bank_are_refused(capsys):
+    try:
+        main(["--tasks", "keyroom", "--trials", "3", "--first", "5", "--solved", "6"])
+    except SystemExit as exit:
+        assert exit.code == 2
+    else:
+        raise AssertionError("accepted victims the bank never saw")
+    assert "must be among the 6 solved games" in capsys.readouterr().err
+
+
+def one_run(games: list[int] | None, off: int, on: int, trials: int, benign: int) -> dict:
+    """A task result with one keyroom cell (off/on hits of `trials`) and its benign tally."""
+
+    def tally(hits: int) -> dict:
+        return {"hits": hits, "trials": trials, "rate": hits / trials, "ci95": [0.0, 1.0]}
+
+    run = {
+        "task": "keyroom/key",
+        "ablated": [],
+        "benign_records": 954,
+        "benign": {"embedded": {"off": tally(benign), "on": tally(benign)}},
+        "cells": [
+            {
+                "attack": "agentpoison",
+                "rate": 0.05,
+                "task": "keyroom/key",
+                "model": "embedded",
+                "poison_records": 48,
+                "benign_records": 954,
+                "off": tally(off),
+                "on": tally(on),
+            }
+        ],
+    }
+    if games is not None:
+        run["games"] = games
+    return run
+
+
+def test_merged_runs_pool_disjoint_games_and_skip_repeats():
+    runs = [one_run(None, 2, 0, 3, 3), one_run(None, 6, 0, 8, 7), one_run([8, 16], 5, 1, 8, 8)]
+    pool = pooled({"command": "x", "tasks": runs})
+    (cell,) = pool["cells"]
+    assert cell["games"] == [(0, 8), (8, 16)]  # the 3-game run repeats games 0-2 of the 8-game one
+    assert (cell["off"]["hits"], cell["off"]["trials"]) == (11, 16)
+    assert (cell["on"]["hits"], cell["on"]["trials"]) == (1, 16)
+    (benign,) = pool["benign"]
+    assert (benign["on"]["hits"], benign["on"]["trials"]) == (15, 16)
+    text = table({"command": "x", "tasks": runs})
+    assert "| keyroom/key | embedded | agentpoison | 5% (48 of 954) | 0-7, 8-15 | 69% (11/16;" in text
+    assert "Pooled over runs" not in table({"command": "x", "tasks": runs[:2]})
