@@ -432,7 +432,7 @@ class Suite:
             self.expert_model(seeds),
             inject=text,
             learn_hook=self.bank.ingest_episode,
-            run_id=f"{ATTACKER_RUN}-{seed}",
+            run_id=f"{ATTACKER_RUN}-{seed}-{self._n + 1:05d}",  # new episode ids: a removed id is never stored again
             posterior=False,
             loop_breaker=False,
         )

@@ -7,6 +7,8 @@ import json
 
 from bench.attack_suite import (
     INJECTION,
+    Suite,
+    attacker_action,
     build_models,
     follower_choice,
     gullible_reflector,
@@ -156,3 +158,20 @@ def test_merged_runs_pool_disjoint_games_and_skip_repeats():
     text = table({"command": "x", "tasks": runs})
     assert "| keyroom/key | embedded | agentpoison | 5% (48 of 954) | 0-7, 8-15 | 69% (11/16;" in text
     assert "Pooled over runs" not in table({"command": "x", "tasks": runs[:2]})
+
+
+def test_minja_poison_is_stored_again_after_a_cleanup(tmp_path):
+    suite = Suite(tmp_path / "home", "keyroom/key", embedding="hashing")
+    try:
+        seed = suite.build_benign(4, 0)[0]
+        env = suite.make_env()
+        _, action = attacker_action(env, "keyroom/key", seed)
+        env.close()
+        clean = suite.step_records()
+        for _ in range(2):  # a second cell on the same game: its episodes must reach the bank too
+            ids, n = suite.poison_minja(seed, action, 1)
+            assert suite.step_records() == clean + n
+            suite.remove(ids)
+            assert suite.step_records() == clean
+    finally:
+        suite.close()
