@@ -600,6 +600,8 @@ def pooled(results: dict[str, Any]) -> dict[str, Any]:
     groups: dict[tuple, list[tuple[tuple[int, int], dict[str, Any]]]] = {}
     for r in results["tasks"]:
         for c in r["cells"]:
+            if c.get("caveat"):
+                continue
             key = ("cell", c["task"], label(r, c["model"]), c["attack"], c["rate"], c["benign_records"])
             groups.setdefault(key, []).append((games_of(r, c["off"]["trials"]), c))
         for model, b in r["benign"].items():
@@ -648,7 +650,7 @@ def pooled_table(results: dict[str, Any]) -> list[str]:
         "",
         "The rows above of one task, model, attack, rate and bank summed over the runs whose victim games do not "
         "overlap (games: the bank's solved games, numbered from 0, that were victims; a run repeating games already "
-        "counted is left out).",
+        "counted is left out, and so is a row marked †).",
         "",
         "| task | model | attack | poison rate (records) | games | attack success, defences off | attack success, defences on |",
         "|---|---|---|---|---|---|---|",
@@ -687,12 +689,17 @@ def table(results: dict[str, Any]) -> str:
         "| task | model | attack | poison rate (records) | attack success, defences off | attack success, defences on |",
         "|---|---|---|---|---|---|",
     ]
+    caveats: list[str] = []
     for r in results["tasks"]:
         for c in r["cells"]:
+            if c.get("caveat") and c["caveat"] not in caveats:
+                caveats.append(c["caveat"])
+            mark = " †" * (caveats.index(c["caveat"]) + 1) if c.get("caveat") else ""
             lines.append(
-                f"| {c['task'].split('?')[0]} | {label(r, c['model'])} | {c['attack']} | {100 * c['rate']:g}% "
+                f"| {c['task'].split('?')[0]} | {label(r, c['model'])} | {c['attack']}{mark} | {100 * c['rate']:g}% "
                 f"({c['poison_records']} of {c['benign_records']}) | {pct(c['off'])} | {pct(c['on'])} |"
             )
+    lines += [f"\n{'†' * (i + 1)} {text}" for i, text in enumerate(caveats)]
     lines += [
         "",
         "Benign success: the same victim games on the clean bank. Last columns: how often the clean victim took the "

@@ -158,6 +158,10 @@ def test_merged_runs_pool_disjoint_games_and_skip_repeats():
     text = table({"command": "x", "tasks": runs})
     assert "| keyroom/key | embedded | agentpoison | 5% (48 of 954) | 0-7, 8-15 | 69% (11/16;" in text
     assert "Pooled over runs" not in table({"command": "x", "tasks": runs[:2]})
+    runs[2]["cells"][0]["caveat"] = "held less poison than stated"
+    assert pooled({"command": "x", "tasks": runs})["cells"][0]["games"] == [(0, 8)]
+    assert "| agentpoison † |" in table({"command": "x", "tasks": runs})
+    assert "† held less poison than stated" in table({"command": "x", "tasks": runs})
 
 
 def test_minja_poison_is_stored_again_after_a_cleanup(tmp_path):
