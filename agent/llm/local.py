@@ -22,6 +22,12 @@ from crl.agent.llm.base import Completion, GenerationConfig, LLMError, Message, 
 from crl.agent.llm.embedded import EMBEDDED_MODEL_NAME, cached_checkpoint, convert_gguf, embedded_model_path
 from crl.agent.llm.threads import configure_torch_threads
 
+PAD_MULTIPLE = 32
+"""On CPU, prompts are left-padded to a multiple of this many tokens. bf16 (and fp16) matmuls
+there go through oneDNN, which compiles and keeps a kernel for every new shape (its caches hold
+up to 1,024 each): prompts of ever-new lengths grew a long run's memory by ~2 MB per call, and
+widths in steps of 32 keep the shapes, and so the caches, few (docs/notes/memory-growth.md)."""
+
 _DTYPES = {
     "fp32": torch.float32,
     "float32": torch.float32,
@@ -71,6 +77,7 @@ class LocalChatModel:
             self.model = _apply_adapter(self.model, Path(adapter))
         self.model.to(self.device)
         self.model.eval()
+        self.pad_multiple = PAD_MULTIPLE if self.device.type == "cpu" else 1
         self.adapter = Path(adapter) if adapter is not None else None
         self.name = name or (base_name + (f"+{adapter_name(self.adapter)}" if self.adapter is not None else ""))
 
@@ -129,7 +136,7 @@ class LocalChatModel:
         tokenizer, model = self._tokenizer(), self.model
         start = time.perf_counter()
         rows = [self._encode(self.render(messages)) for messages in batch]
-        input_ids, attention_mask = _left_pad(rows, tokenizer.pad_token_id)
+        input_ids, attention_mask = _left_pad(rows, tokenizer.pad_token_id, self.pad_multiple)
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         stops = [s for s in config.stop if s]
         prompt_width = input_ids.shape[1]
@@ -228,9 +235,19 @@ def _tokens_until_stop(ids: list[int], stops: list[str], decode) -> int:
     return high
 
 
-def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack token rows into left-padded `input_ids` and `attention_mask` tensors."""
-    width = max(len(row) for row in rows)
+def padded_width(longest: int, multiple: int = PAD_MULTIPLE) -> int:
+    """The width a batch whose longest row has `longest` tokens is padded to (`PAD_MULTIPLE`).
+
+    Example: `padded_width(300)` -> 320; `padded_width(320)` -> 320; `padded_width(300, 1)` -> 300.
+    """
+    multiple = max(1, multiple)
+    return -(-longest // multiple) * multiple
+
+
+def _left_pad(rows: list[list[int]], pad_id: int, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack token rows into left-padded `input_ids` and `attention_mask` tensors, `multiple`
+    tokens wide at a time (`padded_width`)."""
+    width = padded_width(max(len(row) for row in rows), multiple)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):

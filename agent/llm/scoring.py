@@ -179,22 +179,34 @@ class ActionScorer:
         separator: put between the prompt and each action.
         max_cache_tokens: bound on (candidate rows x prompt width) in one candidate pass, so
             the repeated KV cache stays small; more rows are scored in several passes.
+        pad_multiple: the prompts' padded width is a multiple of this many tokens, so a long run
+            meets few distinct shapes (`agent.llm.local.PAD_MULTIPLE`); 1 pads to the longest.
     """
 
-    def __init__(self, model, tokenizer, separator: str = ACTION_SEPARATOR, max_cache_tokens: int = 8192):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        separator: str = ACTION_SEPARATOR,
+        max_cache_tokens: int = 8192,
+        pad_multiple: int = 1,
+    ):
         if max_cache_tokens < 1:
             raise ValueError("max_cache_tokens must be >= 1")
         self.model = model
         self.tokenizer = tokenizer
         self.separator = separator
         self.max_cache_tokens = max_cache_tokens
+        self.pad_multiple = pad_multiple
         params = inspect.signature(model.forward).parameters
         # transformers renamed `past_key_values` to `cache` during 5.x; take whichever this one has
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     @classmethod
     def for_chat_model(cls, chat: LocalChatModel, **options: Any) -> ActionScorer:
-        """A scorer over a loaded `LocalChatModel`'s model and tokenizer (nothing is copied)."""
+        """A scorer over a loaded `LocalChatModel`'s model and tokenizer (nothing is copied), padding
+        prompts as the model's own generation does."""
+        options.setdefault("pad_multiple", getattr(chat, "pad_multiple", 1))
         return cls(chat.model, chat._tokenizer(), **options)
 
     def log_likelihoods(self, prompts: Sequence[str], candidates: Sequence[Sequence[str]]) -> list[list[ActionScore]]:
@@ -259,7 +271,9 @@ class ActionScorer:
         """One pass over the left-padded prompts: log-probs of the next token, the KV cache, the mask."""
         import torch
 
-        width = max(len(ids) for ids in prompt_ids)
+        from crl.agent.llm.local import padded_width
+
+        width = padded_width(max(len(ids) for ids in prompt_ids), self.pad_multiple)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         input_ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
         mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
