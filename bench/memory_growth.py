@@ -100,7 +100,7 @@ def judge(samples: list[Sample], episodes: int, warmup_share: float = 0.1, toler
         ValueError: no sample inside the warm-up, or none after it.
     """
     warmup = max(1, round(episodes * warmup_share))
-    inside = [s for s in samples if s.episodes <= warmup]
+    inside = [s for s in samples if 0 < s.episodes <= warmup]
     after = [s for s in samples if s.episodes > warmup]
     if not inside or not after:
         raise ValueError(f"need samples within the first {warmup} episodes and after them; sample more often")
@@ -109,12 +109,18 @@ def judge(samples: list[Sample], episodes: int, warmup_share: float = 0.1, toler
     return Verdict(warmup, base, top, samples[-1].rss_mb, top / base - 1 if base else 0.0, tolerance)
 
 
-class Sampler:
-    """A runner `Progress` that takes a `Sample` every `every` finished episodes."""
+class TimeUp(Exception):
+    """The eval ran past `--max-minutes`: it stops, and the verdict covers the episodes played."""
 
-    def __init__(self, every: int, started: float):
+
+class Sampler:
+    """A runner `Progress` that takes a `Sample` every `every` finished episodes (and stops the
+    run with `TimeUp` after `limit_s` seconds, when set)."""
+
+    def __init__(self, every: int, started: float, limit_s: float | None = None):
         self.every = max(1, every)
         self.started = started
+        self.limit_s = limit_s
         self.done = 0
         self.samples: list[Sample] = [Sample(0, 0.0, rss_mb(), live_records())]
 
@@ -124,6 +130,8 @@ class Sampler:
             self.samples.append(Sample(self.done, time.monotonic() - self.started, rss_mb(), live_records()))
             s = self.samples[-1]
             print(f"  {s.episodes:>5} episodes  {s.seconds:>7.0f} s  {s.rss_mb:>7.0f} MB", flush=True)
+        if self.limit_s is not None and time.monotonic() - self.started > self.limit_s:
+            raise TimeUp(f"stopped after {self.done} episodes at the time limit")
 
     def steps_done(self, n: int) -> None:
         pass
@@ -158,12 +166,21 @@ def bench(args: argparse.Namespace, home: Path) -> dict:
         f"pad multiple {getattr(model, 'pad_multiple', '-')}, a sample every {every}",
         flush=True,
     )
-    sampler = Sampler(every, time.monotonic())
-    result = start_run(settings, args.task, args.episodes, fold=args.fold, kind="eval", model=model, progress=sampler)
+    limit = args.max_minutes * 60 if args.max_minutes else None
+    sampler = Sampler(every, time.monotonic(), limit)
+    report: dict = {}
+    stopped = None
+    try:
+        result = start_run(
+            settings, args.task, args.episodes, fold=args.fold, kind="eval", model=model, progress=sampler
+        )
+        report = result.report()
+    except TimeUp as e:
+        stopped = str(e)
+        print(stopped, flush=True)
     if sampler.samples[-1].episodes != sampler.done:
         sampler.samples.append(Sample(sampler.done, time.monotonic() - sampler.started, rss_mb(), live_records()))
-    report = result.report()
-    verdict = judge(sampler.samples, args.episodes, args.warmup_share, args.tolerance)
+    verdict = judge(sampler.samples, sampler.done, args.warmup_share, args.tolerance)
     return {
         "task": args.task,
         "policy": settings.agent.policy,
@@ -174,10 +191,11 @@ def bench(args: argparse.Namespace, home: Path) -> dict:
         "pad_multiple": getattr(model, "pad_multiple", None),
         "model": getattr(model, "name", ""),
         "load_seconds": load_s,
-        "episodes": args.episodes,
-        "success_rate": report["success_rate"],
-        "steps_per_s": report["steps_per_s"],
-        "wall_seconds": report["wall_seconds"],
+        "episodes": sampler.done,
+        "stopped": stopped,
+        "success_rate": report.get("success_rate"),
+        "steps_per_s": report.get("steps_per_s"),
+        "wall_seconds": report.get("wall_seconds", time.monotonic() - sampler.started),
         "samples": [asdict(s) for s in sampler.samples],
         "verdict": asdict(verdict) | {"flat": verdict.flat, "line": verdict.line()},
     }
@@ -202,10 +220,11 @@ def print_table(out: dict) -> None:
         )
     console = Console()
     console.print(table)
-    console.print(
-        f"success {out['success_rate']:.0%}, {out['steps_per_s']:.2f} steps/s, {out['wall_seconds']:.0f} s; "
-        f"pad multiple {out['pad_multiple']}"
-    )
+    if out["stopped"]:
+        console.print(out["stopped"])
+    else:
+        console.print(f"success {out['success_rate']:.0%}, {out['steps_per_s']:.2f} steps/s")
+    console.print(f"{out['wall_seconds']:.0f} s; pad multiple {out['pad_multiple']}")
     console.print(out["verdict"]["line"])
 
 
@@ -224,6 +243,7 @@ def main() -> None:
     ap.add_argument(
         "--pad-multiple", type=int, default=None, help="override the model's prompt padding (1: before the fix)"
     )
+    ap.add_argument("--max-minutes", type=float, default=None, help="stop the eval after this long (shared CPUs)")
     ap.add_argument("--home", default=None, help="data home (default: a fresh temporary one)")
     ap.add_argument("--json", default=None, help="write the samples and the verdict to this file")
     args = ap.parse_args()
