@@ -13,7 +13,11 @@ from fastapi.testclient import TestClient
 from crl.agent.config import load_settings
 from crl.agent.studio import STUDIO_ACTOR, Studio, create_app
 from crl.agent.studio.security import CSRF_COOKIE, TOKEN_COOKIE
+from crl.finetune.dataset_card import write_dataset
+from crl.finetune.registry import AdapterRegistry
+from crl.finetune.sft_data import BuiltDataset
 from tests.chroma_server import chroma_server  # noqa: F401  (a fixture)
+from tests.finetune_fixtures import fake_trained
 from tests.studio_fixtures import (  # noqa: F401  (fixtures)
     BASE,
     N_FAILED,
@@ -341,6 +345,42 @@ def test_adapters_lineage_gate_promote_and_rollback(client):
     refused(client.post("/api/adapters/nosuch/promote"), 404, "no adapter")
     refused(client.post("/api/adapters/rollback", json={"base_model": "other"}), 400, "nothing to roll back")
     refused(client.post("/api/adapters/rollback", json={}), 422, "base_model")
+
+
+def test_an_adapter_trained_on_a_record_marked_malicious_is_flagged_until_the_record_is_released(client, studio_home):
+    bad = next(r["id"] for r in episodes(client) if r["outcome"] == "success")
+    root, registry = studio_home.parent, AdapterRegistry.of(studio_home)
+    for name, sources in (("ds-bad", [bad]), ("ds-clean", [])):
+        rows = [{"task": "keyroom/key", "prompt": [], "completion": []}]
+        write_dataset(root / name, BuiltDataset("sft", rows, source_episode_ids=sources), {}, namespace="crl")
+    for a, parent, ds in (("sft-bad", "sft-1", "ds-bad"), ("dpo-child", "sft-bad", "ds-clean")):
+        registry.register(a, "sft", fake_trained(root, a), BASE, "/m", root / ds, {}, {}, parent=parent)
+    registry.promote("sft-bad", reason="test", actor="user")
+    assert not ok(client.get("/api/adapters/sft-bad"))["contaminated"]
+    assert "Warning" not in client.get("/adapters").text
+
+    client.app.state.studio.bank.quarantine_malicious([bad], reason="forged success")
+    rows = {a["id"]: a for a in ok(client.get("/api/adapters"))["adapters"]}
+    assert rows["sft-bad"]["malicious_sources"] == [bad] and rows["sft-bad"]["namespace"] == "crl"
+    assert rows["dpo-child"]["malicious_via"] == "sft-bad" and rows["dpo-child"]["malicious_sources"] == []
+    assert rows["sft-bad"]["contaminated"] and rows["dpo-child"]["contaminated"] and not rows["sft-2"]["contaminated"]
+    one = ok(client.get("/api/adapters/sft-bad"))
+    assert one["malicious_sources"] == [bad] and one["promoted"]
+    page = client.get("/adapters").text
+    warning = page.split('id="contaminated-promoted"')[1].split("</p>")[0]
+    assert "sft-bad" in warning and f'data-rollback="{BASE}"' in warning
+    assert "trained on 1 malicious record(s)" in page and 'parent <a href="/adapters/sft-bad">sft-bad</a>' in page
+    detail = client.get("/adapters/sft-bad").text
+    assert bad in detail and "promoted adapter is contaminated" in detail and "namespace crl" in detail
+    assert "continued from" in client.get("/adapters/dpo-child").text
+
+    ok(client.post("/api/memories/actions", json={"action": "release", "ids": [bad]}))
+    after = {a["id"]: a for a in ok(client.get("/api/adapters"))["adapters"]}
+    assert not after["sft-bad"]["contaminated"] and not after["dpo-child"]["contaminated"]
+    assert 'id="contaminated-promoted"' not in client.get("/adapters").text
+    release(client)
+    listed = {r["id"]: r for r in cli_json("adapters", "ls")}
+    assert not listed["sft-bad"]["contaminated"] and listed["sft-bad"]["malicious_sources"] == []
 
 
 # ---- pages -----------------------------------------------------------------------------------

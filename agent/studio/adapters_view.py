@@ -1,11 +1,13 @@
 """The studio's adapters side: lineage, metrics and gate decisions (`crl adapters ls/show`), and
 promotion without the gate or rollback (`crl adapters promote --force`, `crl adapters rollback`),
-through the same `AdapterRegistry` calls."""
+through the same `AdapterRegistry` calls; contamination by records marked malicious as `crl adapters ls/show`
+reports it (`crl.finetune.contamination.adapter_taints`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from crl.finetune.contamination import AdapterTaint
 from crl.finetune.registry import AdapterRegistry, Lineage
 
 from .memory_view import STUDIO_ACTOR
@@ -16,8 +18,22 @@ def gate_row(g) -> dict[str, Any]:
     return g.model_dump(mode="json")
 
 
-def adapter_row(registry: AdapterRegistry, a: Lineage, quarantined: set[str]) -> dict[str, Any]:
-    """An adapter as the adapters list shows it, flagged when trained on since-quarantined memories."""
+def taint_fields(taint: AdapterTaint | None) -> dict[str, Any]:
+    """An adapter's contamination by malicious records, in the fields `crl adapters ls/show --json` use."""
+    if taint is None:
+        return {"malicious_sources": [], "malicious_prompts": [], "malicious_via": None, "contaminated": False}
+    return {
+        "malicious_sources": taint.records,
+        "malicious_prompts": taint.prompted,
+        "malicious_via": taint.via,
+        "contaminated": taint.contaminated,
+    }
+
+
+def adapter_row(
+    registry: AdapterRegistry, a: Lineage, quarantined: set[str], taints: dict[str, AdapterTaint]
+) -> dict[str, Any]:
+    """An adapter as the adapters list shows it, flagged when trained on malicious or since-quarantined memories."""
     card = registry.card(a.id)
     tainted = sorted(set(card.source_episode_ids + card.source_step_ids) & quarantined)
     last = a.gate[-1] if a.gate else None
@@ -25,6 +41,7 @@ def adapter_row(registry: AdapterRegistry, a: Lineage, quarantined: set[str]) ->
         "id": a.id,
         "kind": a.kind,
         "base_model": a.base_model,
+        "namespace": a.namespace,
         "parent": a.parent,
         "dataset": a.dataset.name,
         "examples": a.dataset.examples,
@@ -32,20 +49,20 @@ def adapter_row(registry: AdapterRegistry, a: Lineage, quarantined: set[str]) ->
         "promoted": registry.promoted(a.base_model) == a.id,
         "gate": None if last is None else gate_row(last),
         "quarantined_sources": tainted,
-    }
+    } | taint_fields(taints.get(a.id))
 
 
-def adapters(registry: AdapterRegistry, quarantined: set[str]) -> dict[str, Any]:
+def adapters(registry: AdapterRegistry, quarantined: set[str], taints: dict[str, AdapterTaint]) -> dict[str, Any]:
     """Every adapter, oldest first, and the promotion log (newest first)."""
     return {
         "root": str(registry.root),
-        "adapters": [adapter_row(registry, a, quarantined) for a in registry.ls()],
+        "adapters": [adapter_row(registry, a, quarantined, taints) for a in registry.ls()],
         "promotions": [p.model_dump(mode="json") for p in reversed(registry.promotions())],
     }
 
 
-def adapter(registry: AdapterRegistry, ref: str) -> dict[str, Any]:
-    """An adapter's full lineage with its parents' chain (`crl adapters show`).
+def adapter(registry: AdapterRegistry, ref: str, taints: dict[str, AdapterTaint]) -> dict[str, Any]:
+    """An adapter's full lineage with its parents' chain and its contamination (`crl adapters show`).
 
     Raises:
         AdapterNotFoundError: no such adapter.
@@ -58,12 +75,16 @@ def adapter(registry: AdapterRegistry, ref: str) -> dict[str, Any]:
             parent = registry.get(parent).parent
         except LookupError:
             break
-    return lineage.model_dump(mode="json") | {
-        "path": str(registry.adapter_dir(lineage.id)),
-        "promoted": registry.promoted(lineage.base_model) == lineage.id,
-        "ancestors": chain,
-        "children": [a.id for a in registry.ls() if a.parent == lineage.id],
-    }
+    return (
+        lineage.model_dump(mode="json")
+        | {
+            "path": str(registry.adapter_dir(lineage.id)),
+            "promoted": registry.promoted(lineage.base_model) == lineage.id,
+            "ancestors": chain,
+            "children": [a.id for a in registry.ls() if a.parent == lineage.id],
+        }
+        | taint_fields(taints.get(lineage.id))
+    )
 
 
 def promote(registry: AdapterRegistry, ref: str) -> dict[str, Any]:

@@ -260,13 +260,13 @@ def rule_action(body: Annotated[RuleAction, Body()], s: S) -> dict[str, Any]:
 @router.get("/adapters", dependencies=[known_params()])
 def adapters(s: S) -> dict[str, Any]:
     """Adapters with lineage and their last gate decision, and the promotion log."""
-    return adapters_view.adapters(s.registry, s.quarantined())
+    return adapters_view.adapters(s.registry, s.quarantined(), s.taints())
 
 
 @router.get("/adapters/{adapter_id}", dependencies=[known_params()])
 def adapter(adapter_id: str, s: S) -> dict[str, Any]:
     """An adapter's lineage, metrics and every gate decision with its p-value."""
-    return adapters_view.adapter(s.registry, adapter_id)
+    return adapters_view.adapter(s.registry, adapter_id, s.taints())
 
 
 @router.post("/adapters/{adapter_id}/promote", dependencies=[known_params()])

@@ -194,9 +194,11 @@ def rule_page(request: Request, rule_id: str, s: S, m: M):
 
 @router.get("/adapters", response_class=HTMLResponse, dependencies=[known_params()])
 def adapters_page(request: Request, s: S):
-    return page(request, "adapters.html", s, "adapters", data=adapters_view.adapters(s.registry, s.quarantined()))
+    return page(
+        request, "adapters.html", s, "adapters", data=adapters_view.adapters(s.registry, s.quarantined(), s.taints())
+    )
 
 
 @router.get("/adapters/{adapter_id}", response_class=HTMLResponse, dependencies=[known_params()])
 def adapter_page(request: Request, adapter_id: str, s: S):
-    return page(request, "adapter.html", s, "adapters", data=adapters_view.adapter(s.registry, adapter_id))
+    return page(request, "adapter.html", s, "adapters", data=adapters_view.adapter(s.registry, adapter_id, s.taints()))

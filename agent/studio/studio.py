@@ -142,6 +142,12 @@ class Studio:
         with self.memory.lock:
             return quarantined_ids(self.bank)
 
+    def taints(self) -> dict[str, Any]:
+        """Each adapter's contamination by records marked malicious, read from the journals as `crl adapters ls`."""
+        from crl.finetune.contamination import adapter_taints, home_marks
+
+        return adapter_taints(self.registry, home_marks(self.settings.memory_dir))
+
     def close(self) -> None:
         """Close the other namespaces' banks, then release the default one (and its lock) if the studio opened it."""
         for bank in self._opened:
