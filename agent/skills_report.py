@@ -17,7 +17,10 @@ ADAPTER_ALONE = "sft alone"
 
 def with_adapter_alone(results: dict[str, Any]) -> dict[str, Any]:
     """`results` with one more run per `skills+sft` repeat whose last point recorded the adapter
-    alone: arm `sft alone`, that evaluation as its only point."""
+    alone: arm `sft alone`, that evaluation as its only point (results that have them already are
+    returned as they are)."""
+    if any(r["arm"] == ADAPTER_ALONE for r in results["runs"]):
+        return results
     extra = []
     for r in results["runs"]:
         alone = r["points"][-1]["detail"].get("adapter_alone") if r["arm"] == "skills+sft" and r["points"] else None

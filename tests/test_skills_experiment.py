@@ -117,6 +117,7 @@ def test_the_adapter_alone_is_reported_as_its_own_arm_paired_with_the_adapter_wi
     )
     text = "\n".join(report_lines(data))
     assert "| sft alone | sft, adapter alone | 310 | 1/4 (25%)" in text
+    assert with_adapter_alone(with_adapter_alone(data)) == with_adapter_alone(data)
     pairs = {(p["arm_a"], p["arm_b"]): p for p in final_pairs(with_adapter_alone(data))}
     versus = pairs[("skills+sft", "sft alone")]
     assert versus["pairs"] == 4 and (versus["a_only"], versus["b_only"]) == (3, 0)
