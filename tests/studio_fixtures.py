@@ -8,6 +8,7 @@ may change it. The bank embeds with the bundled MiniLM (real embeddings), loaded
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -130,3 +131,22 @@ def studio_home(studio_built, shared_embedder, tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("CRL_HOME", str(home))
     monkeypatch.setenv("COLUMNS", "250")
     return home
+
+
+def running_copy(source: Path, home: Path) -> tuple[Path, list[dict]]:
+    """A copy of the run in `source` that says it is running (run id `20990101-000000-live`), with an
+    empty log: returns its folder and its log's lines (ids renamed), to append as the test goes."""
+    live = home / "runs" / "20990101-000000-live"
+    live.mkdir()
+    info = json.loads((source / "run.json").read_text()) | {
+        "run_id": live.name,
+        "status": "running",
+        "finished_at": None,
+    }
+    (live / "run.json").write_text(json.dumps(info))
+    lines = [json.loads(line) for line in (source / "episodes.jsonl").read_text().splitlines()]
+    for line in lines:
+        for key in ("episode_id", "run_id"):
+            if key in line:
+                line[key] = line[key].replace(source.name, live.name)
+    return live, lines

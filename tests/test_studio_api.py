@@ -25,6 +25,7 @@ from tests.studio_fixtures import (  # noqa: F401  (fixtures)
     RULE_TEXT,
     invoke,
     minilm,
+    running_copy,
     shared_embedder,
     studio_built,
     studio_home,
@@ -120,20 +121,7 @@ def test_runs_list_detail_curve_progress_and_episode(client):
 
 def test_a_running_runs_progress_is_read_from_its_log_as_it_grows(client, studio_home):
     failed = ok(client.get("/api/runs"))[0]
-    source = studio_home / "runs" / failed["run_id"]
-    live = studio_home / "runs" / "20990101-000000-live"
-    live.mkdir()
-    info = json.loads((source / "run.json").read_text()) | {
-        "run_id": live.name,
-        "status": "running",
-        "finished_at": None,
-    }
-    (live / "run.json").write_text(json.dumps(info))
-    lines = [json.loads(line) for line in (source / "episodes.jsonl").read_text().splitlines()]
-    for line in lines:
-        for key in ("episode_id", "run_id"):
-            if key in line:
-                line[key] = line[key].replace(failed["run_id"], live.name)
+    live, lines = running_copy(studio_home / "runs" / failed["run_id"], studio_home)
     ends = [i for i, line in enumerate(lines) if line["event"] == "end"]
     log = live / "episodes.jsonl"
     log.write_text("".join(json.dumps(line) + "\n" for line in lines[: ends[0] + 1]))  # one episode ended so far

@@ -24,7 +24,15 @@ import pytest
 from crl.agent.config import load_settings
 from crl.agent.studio import Studio, create_app
 from tests.chroma_server import free_port
-from tests.studio_fixtures import N_FAILED, invoke, minilm, shared_embedder, studio_built, studio_home  # noqa: F401
+from tests.studio_fixtures import (  # noqa: F401  (fixtures)
+    N_FAILED,
+    invoke,
+    minilm,
+    running_copy,
+    shared_embedder,
+    studio_built,
+    studio_home,
+)
 from tests.test_studio_namespaces import add_namespace
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -197,19 +205,7 @@ def live_run(home: Path) -> tuple[str, Path, list[dict]]:
     episode and the start and first step of the second; returns its id, log and the rest of its lines."""
     runs = sorted(p for p in (home / "runs").iterdir() if (p / "run.json").exists())
     source = runs[-1]  # the run of failures (run ids sort by time)
-    live = home / "runs" / "20990101-000000-live"
-    live.mkdir()
-    info = json.loads((source / "run.json").read_text()) | {
-        "run_id": live.name,
-        "status": "running",
-        "finished_at": None,
-    }
-    (live / "run.json").write_text(json.dumps(info))
-    lines = [json.loads(line) for line in (source / "episodes.jsonl").read_text().splitlines()]
-    for line in lines:
-        for key in ("episode_id", "run_id"):
-            if key in line:
-                line[key] = line[key].replace(source.name, live.name)
+    live, lines = running_copy(source, home)
     order = sorted({line["episode_id"] for line in lines})
     lines.sort(key=lambda line: order.index(line["episode_id"]))  # episode by episode (stable: events in order)
     first_end = next(i for i, line in enumerate(lines) if line["event"] == "end")
