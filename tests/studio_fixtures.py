@@ -150,3 +150,21 @@ def running_copy(source: Path, home: Path) -> tuple[Path, list[dict]]:
             if key in line:
                 line[key] = line[key].replace(source.name, live.name)
     return live, lines
+
+
+def ok(response, status: int = 200):
+    """The JSON of a studio response that must have `status`."""
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def memory_rows(client, **params) -> list[dict]:
+    """The rows of one 200-record page of `/api/memories` with these filters."""
+    return ok(client.get("/api/memories", params=params | {"per_page": 200}))["rows"]
+
+
+def cli_json(*args):
+    """What `crl ARGS --json` printed, parsed (it must succeed)."""
+    r = invoke(*args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)

@@ -23,8 +23,11 @@ from tests.studio_fixtures import (  # noqa: F401  (fixtures)
     N_FAILED,
     N_SOLVED,
     RULE_TEXT,
+    cli_json,
     invoke,
+    memory_rows,
     minilm,
+    ok,
     running_copy,
     shared_embedder,
     studio_built,
@@ -48,26 +51,11 @@ def client(studio_home):
         yield c
 
 
-def ok(response, status: int = 200):
-    assert response.status_code == status, response.text
-    return response.json()
-
-
 def refused(response, status: int, words: str) -> str:
     assert response.status_code == status, response.text
     message = response.json()["error"]
     assert words in message, message
     return message
-
-
-def episodes(client, **filters) -> list[dict]:
-    return ok(client.get("/api/memories", params=filters | {"per_page": 200}))["rows"]
-
-
-def cli_json(*args):
-    r = invoke(*args, "--json")
-    assert r.exit_code == 0, r.output
-    return json.loads(r.stdout)
 
 
 # ---- status and runs ---------------------------------------------------------------------
@@ -155,25 +143,25 @@ def release(client) -> None:
 
 
 def test_memories_list_as_the_cli_lists(client):
-    everything = episodes(client)
+    everything = memory_rows(client)
     assert len(everything) == N_SOLVED + N_FAILED and all("trajectory" not in r for r in everything)
     release(client)
     assert [r["id"] for r in everything] == [r["id"] for r in cli_json("memory", "ls")]
 
 
 def test_memory_filters(client):
-    assert {r["outcome"] for r in episodes(client, outcome="success")} == {"success"}
-    assert len(episodes(client, outcome="success")) == N_SOLVED
-    assert len(episodes(client, outcome="failure")) == N_FAILED
-    assert len(episodes(client, skill="key")) == N_SOLVED
-    assert len(episodes(client, family="keyroom", variant="key", tier="regular", source="real")) == 5
-    assert episodes(client, family="nosuch") == [] and episodes(client, source="synthetic") == []
-    assert episodes(client, source="imported") == []
-    values = [r["value"] for r in episodes(client, sort="value")]
+    assert {r["outcome"] for r in memory_rows(client, outcome="success")} == {"success"}
+    assert len(memory_rows(client, outcome="success")) == N_SOLVED
+    assert len(memory_rows(client, outcome="failure")) == N_FAILED
+    assert len(memory_rows(client, skill="key")) == N_SOLVED
+    assert len(memory_rows(client, family="keyroom", variant="key", tier="regular", source="real")) == 5
+    assert memory_rows(client, family="nosuch") == [] and memory_rows(client, source="synthetic") == []
+    assert memory_rows(client, source="imported") == []
+    values = [r["value"] for r in memory_rows(client, sort="value")]
     assert values == sorted(values, reverse=True) and values[0] > values[-1]
-    steps = episodes(client, kind="step")
+    steps = memory_rows(client, kind="step")
     assert steps and {s["kind"] for s in steps} == {"step"}
-    assert [r["kind"] for r in episodes(client, kind="rule")] == ["rule"]
+    assert [r["kind"] for r in memory_rows(client, kind="rule")] == ["rule"]
     page = ok(client.get("/api/memories", params={"per_page": 2, "page": 3}))
     assert (page["total"], page["pages"], page["page"], len(page["rows"])) == (5, 3, 3, 1)
 
@@ -209,7 +197,7 @@ def test_search_and_record_with_history(client):
     refused(client.get("/api/search", params={"q": "key", "k": 0}), 422, "k")
     refused(client.get("/api/search", params={"q": "   "}), 400, "search text is empty")
 
-    ep = episodes(client, outcome="success")[0]
+    ep = memory_rows(client, outcome="success")[0]
     rec = ok(client.get(f"/api/memories/{ep['episode_id']}"))  # a bare episode id resolves, as in the CLI
     assert rec["record"]["id"] == ep["id"] and rec["record"]["trajectory"]
     ops = [h["op"] for h in rec["history"]]
@@ -220,21 +208,21 @@ def test_search_and_record_with_history(client):
 
 
 def test_curation_is_journalled_as_a_studio_edit_and_seen_by_the_cli(client):
-    solved = [r["id"] for r in episodes(client, outcome="success")]
+    solved = [r["id"] for r in memory_rows(client, outcome="success")]
     done = ok(client.post("/api/memories/actions", json={"action": "pin", "ids": solved}))
     assert done == {"action": "pin", "namespace": "crl", "ids": solved}
-    assert {r["tier"] for r in episodes(client, outcome="success")} == {"golden"}
+    assert {r["tier"] for r in memory_rows(client, outcome="success")} == {"golden"}
     ok(client.post("/api/memories/actions", json={"action": "tag", "ids": solved[:1], "tags": ["reviewed"]}))
-    assert [r["id"] for r in episodes(client, tag="reviewed")] == solved[:1]
+    assert [r["id"] for r in memory_rows(client, tag="reviewed")] == solved[:1]
     ok(client.post("/api/memories/actions", json={"action": "untag", "ids": solved[:1], "tags": ["reviewed"]}))
-    assert episodes(client, tag="reviewed") == []
-    failed = episodes(client, outcome="failure")[0]["id"]
+    assert memory_rows(client, tag="reviewed") == []
+    failed = memory_rows(client, outcome="failure")[0]["id"]
     ok(client.post("/api/memories/actions", json={"action": "quarantine", "ids": [failed]}))
-    assert [r["id"] for r in episodes(client, tier="quarantine")] == [failed]
+    assert [r["id"] for r in memory_rows(client, tier="quarantine")] == [failed]
     history = ok(client.get(f"/api/memories/{failed}/history"))
     assert [(h["op"], h["actor"]) for h in history][-1] == ("tier", STUDIO_ACTOR)
 
-    doomed = episodes(client, outcome="failure")[-1]["id"]
+    doomed = memory_rows(client, outcome="failure")[-1]["id"]
     refused(client.post("/api/memories/actions", json={"action": "delete", "ids": [doomed]}), 400, "confirm it")
     ok(client.get(f"/api/memories/{doomed}"))
     ok(client.post("/api/memories/actions", json={"action": "delete", "ids": [doomed], "confirm": True}))
@@ -336,7 +324,7 @@ def test_adapters_lineage_gate_promote_and_rollback(client):
 
 
 def test_an_adapter_trained_on_a_record_marked_malicious_is_flagged_until_the_record_is_released(client, studio_home):
-    bad = next(r["id"] for r in episodes(client) if r["outcome"] == "success")
+    bad = next(r["id"] for r in memory_rows(client) if r["outcome"] == "success")
     root, registry = studio_home.parent, AdapterRegistry.of(studio_home)
     for name, sources in (("ds-bad", [bad]), ("ds-clean", [])):
         rows = [{"task": "keyroom/key", "prompt": [], "completion": []}]
@@ -377,7 +365,7 @@ def test_an_adapter_trained_on_a_record_marked_malicious_is_flagged_until_the_re
 def test_every_page_renders_and_errors_are_pages(client):
     runs = ok(client.get("/api/runs"))
     rid = runs[-1]["run_id"]
-    ep = episodes(client)[0]["id"]
+    ep = memory_rows(client)[0]["id"]
     rule = ok(client.get("/api/rules"))[0]["id"]
     for url, text in [
         ("/", rid),
@@ -417,7 +405,7 @@ def test_every_page_renders_and_errors_are_pages(client):
 
 
 def test_mutations_need_the_csrf_token_and_the_same_origin(client):
-    failed = episodes(client, outcome="failure")[0]["id"]
+    failed = memory_rows(client, outcome="failure")[0]["id"]
     body = {"action": "pin", "ids": [failed]}
     csrf = client.headers.pop("X-CSRF-Token")
     refused(client.post("/api/memories/actions", json=body), 403, "CSRF")
@@ -432,7 +420,7 @@ def test_mutations_need_the_csrf_token_and_the_same_origin(client):
         403,
         "cross-origin",
     )
-    assert episodes(client, outcome="failure")[0]["tier"] == "regular"
+    assert memory_rows(client, outcome="failure")[0]["tier"] == "regular"
     ok(client.post("/api/memories/actions", json=body, headers={"X-CSRF-Token": csrf, "Origin": LOOPBACK}))
 
 
@@ -545,7 +533,7 @@ def test_listings_follow_the_journal_without_scanning_again(client):
         for sort in ("recent", "value"):
             view.listing(RecordFilter(**f), sort)
     scans = view.listings.scans
-    ids = [r["id"] for r in episodes(client)]
+    ids = [r["id"] for r in memory_rows(client)]
     rule = ok(client.get("/api/rules"))[0]["id"]
     ok(client.post("/api/memories/actions", json={"action": "pin", "ids": ids[:2]}))
     ok(client.post("/api/memories/actions", json={"action": "quarantine", "ids": ids[2:3]}))
@@ -559,7 +547,7 @@ def test_listings_follow_the_journal_without_scanning_again(client):
             listed = [r.id for r in view.bank.ls(kind, **{k: v for k, v in f.items() if k != "kind"}, sort=SORTS[sort])]
             assert shown == listed, (f, sort)
     assert view.listings.scans == scans + 1  # only the steps are read again (an episode's steps move with it)
-    assert len(episodes(client, tier="golden")) == 2 and len(episodes(client, tag="keep")) == 2
+    assert len(memory_rows(client, tier="golden")) == 2 and len(memory_rows(client, tag="keep")) == 2
 
 
 def test_the_source_filter_tells_imported_records_apart():

@@ -23,8 +23,11 @@ from crl.memory.config import MemoryConfig
 from tests.studio_fixtures import (  # noqa: F401  (fixtures)
     N_FAILED,
     N_SOLVED,
+    cli_json,
     invoke,
+    memory_rows,
     minilm,
+    ok,
     shared_embedder,
     studio_built,
     studio_home,
@@ -67,21 +70,6 @@ def client(two_namespaces):
         yield c
 
 
-def ok(response, status: int = 200):
-    assert response.status_code == status, response.text
-    return response.json()
-
-
-def rows(client, **params) -> list[dict]:
-    return ok(client.get("/api/memories", params=params | {"per_page": 200}))["rows"]
-
-
-def cli_json(*args):
-    r = invoke(*args, "--json")
-    assert r.exit_code == 0, r.output
-    return json.loads(r.stdout)
-
-
 def test_the_namespaces_of_the_home_are_listed_and_each_browsed_apart(client):
     listed = ok(client.get("/api/namespaces"))
     assert listed["default"] == "crl"
@@ -91,15 +79,15 @@ def test_the_namespaces_of_the_home_are_listed_and_each_browsed_apart(client):
     ]
     assert [n["open"] for n in listed["namespaces"]] == [True, False]  # bob's bank is opened when first asked for
 
-    crl, bob = rows(client), rows(client, namespace="bob")
+    crl, bob = memory_rows(client), memory_rows(client, namespace="bob")
     assert [r["id"] for r in crl] == [r["id"] for r in bob] and len(bob) == N  # the same ids, two banks
     assert {r["tier"] for r in crl} == {"regular"} and {r["tier"] for r in bob} == {"quarantine"}
     assert ok(client.get("/api/memories", params={"namespace": "bob"}))["namespace"] == "bob"
-    assert rows(client, namespace="crl") == crl
+    assert memory_rows(client, namespace="crl") == crl
     assert [n["open"] for n in ok(client.get("/api/namespaces"))["namespaces"]] == [True, True]
 
-    assert len(rows(client, namespace="bob", tier="quarantine", outcome="failure")) == N_FAILED
-    assert rows(client, namespace="bob", tier="regular") == []
+    assert len(memory_rows(client, namespace="bob", tier="quarantine", outcome="failure")) == N_FAILED
+    assert memory_rows(client, namespace="bob", tier="regular") == []
     hits = ok(client.get("/api/search", params={"q": "take the key", "namespace": "bob", "include_quarantine": True}))
     assert hits and {h["record"]["tier"] for h in hits} == {"quarantine"}
     assert (
@@ -112,17 +100,17 @@ def test_the_namespaces_of_the_home_are_listed_and_each_browsed_apart(client):
 
 
 def test_a_change_goes_to_the_records_namespace_and_is_journalled_there(client):
-    target = rows(client, namespace="bob", outcome="success")[0]["id"]
+    target = memory_rows(client, namespace="bob", outcome="success")[0]["id"]
     done = ok(client.post("/api/memories/actions", json={"action": "release", "ids": [target], "namespace": "bob"}))
     assert done == {"action": "release", "namespace": "bob", "ids": [target]}
-    assert {r["id"]: r["tier"] for r in rows(client, namespace="bob")}[target] == "regular"
+    assert {r["id"]: r["tier"] for r in memory_rows(client, namespace="bob")}[target] == "regular"
     ok(
         client.post(
             "/api/memories/actions", json={"action": "tag", "ids": [target], "tags": ["ns-test"], "namespace": "bob"}
         )
     )
-    assert [r["id"] for r in rows(client, namespace="bob", tag="ns-test")] == [target]
-    assert rows(client, tag="ns-test") == []  # the same id in crl is untouched
+    assert [r["id"] for r in memory_rows(client, namespace="bob", tag="ns-test")] == [target]
+    assert memory_rows(client, tag="ns-test") == []  # the same id in crl is untouched
     bob_history = ok(client.get(f"/api/memories/{target}/history", params={"namespace": "bob"}))
     assert [(h["op"], h["actor"]) for h in bob_history][-2:] == [("tier", STUDIO_ACTOR), ("tag", STUDIO_ACTOR)]
     crl_history = ok(client.get(f"/api/memories/{target}/history"))
