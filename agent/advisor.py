@@ -146,7 +146,7 @@ class MemoryAdvisor:
         and `task` is given (as `advantages` with `same_task`), else of `task` (None: any)."""
         wanted = normalise_action(action)
         if task is not None and pack.purpose_neighbours is not None:
-            pool = [(step, sim) for step, sim in pack.purpose_neighbours if step.purpose == pack.purpose]
+            pool = list(pack.purpose_neighbours)  # fetched with the purpose filter
         else:
             pool = [(step, sim) for step, sim in pack.neighbours if task is None or step.task == task]
         nearest = sorted(pool, key=lambda n: (-n[1], n[0].id))[: self.retriever.config.ec_neighbours]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from crl.agent.llm.base import Completion, GenerationConfig, Message
 from crl.agent.parsing import normalise, parse_reply
-from crl.memory.purpose import given_subgoals
+from crl.memory.purpose import given_subgoals, reached_subgoals
 from crl.memory.trajectory import Episode, LoopBreak, MemoryOffer, PolicyDecision, Step, StepExtra
 from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, PromptReport, assemble_prompt
 from crl.prompts.budget import BudgetItem, TokenCount
@@ -299,9 +299,8 @@ class EpisodeSession:
             return False
         if _last_paragraph(obs.text) != _last_paragraph(self.observation.text):
             return False
-        reached = {k for k, v in self.episode.subgoals.items() if v} | set(given_subgoals(self.episode.task))
-        subgoals = info.get("subgoals")
-        return not isinstance(subgoals, dict) or {k for k, v in subgoals.items() if v} <= reached
+        before_step = reached_subgoals({"subgoals": self.episode.subgoals}) | set(given_subgoals(self.episode.task))
+        return reached_subgoals(info) <= before_step
 
     def _check_guards(self, step: Step) -> None:
         if step.done:
