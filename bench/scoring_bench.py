@@ -5,7 +5,8 @@ For the first states of a task's games (one per seed, prompted as the agent loop
 embedded model: primed with "Action:"), measures per dtype and parallelism:
 
 - score:    `ActionScorer` (mean token log-likelihood of every admissible action, one prompt
-            pass with its KV cache reused for the candidates)
+            pass, then the candidates of each prompt packed into its row after its KV cache;
+            `--repeat-cache` copies the cache once per candidate row instead, the older pass)
 - generate: `LocalChatModel.generate`, 6 new tokens, the reply parsed onto an admissible action
 - choice:   transformers' `DecisionPipeline` (labels A, B, ... read from next-token logits;
             it does not batch, so parallel 1 only)
@@ -14,7 +15,7 @@ and prints ms per decision, decisions per second, usable (valid) actions, and ag
 reference's first action (keyroom's solver; on `twx/...` tasks the engine's gold path, past its opening `look around`). Times on
 2 shared cores are noisy; compare rows of one run.
 
-    python bench/scoring_bench.py [--task keyroom/key] [--states 8] [--parallel 1,8] [--dtypes fp32,bf16]
+    python bench/scoring_bench.py [--task keyroom/key] [--states 8] [--parallel 1,8] [--dtypes fp32,bf16] [--repeat-cache]
     python bench/scoring_bench.py --task "twx/coin?numLocations=3&numDistractorItems=0&includeDoors=0"
 """
 
@@ -98,9 +99,12 @@ def _timed(run, batches) -> tuple[list, float]:
     return results, time.perf_counter() - start
 
 
-def measure(model: LocalChatModel, states: list[State], parallel: list[int], dtype: str) -> list[dict]:
-    """Rows of the table for one loaded model."""
-    scorer = ActionScorer.for_chat_model(model)
+def measure(
+    model: LocalChatModel, states: list[State], parallel: list[int], dtype: str, packed: bool = True
+) -> list[dict]:
+    """Rows of the table for one loaded model (`packed`: the scorer's packed candidate pass, else the
+    cache repeated per candidate row)."""
+    scorer = ActionScorer.for_chat_model(model, packed=packed)
     generation = GenerationConfig(max_new_tokens=6, stop=list(DEFAULT_STOP))
     prompt_tokens = statistics.mean(model.count_tokens(s.messages) for s in states)
 
@@ -151,6 +155,9 @@ def main() -> None:
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--home", default=os.environ.get("CRL_HOME", ".crl"), help="where the model cache lives")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--repeat-cache", action="store_true", help="score with the prompt cache repeated per candidate (the old pass)"
+    )
     args = ap.parse_args()
 
     parallel = [int(x) for x in args.parallel.split(",")]
@@ -160,7 +167,7 @@ def main() -> None:
         try:
             states = task_states(model, args.task, list(range(args.states)))
             chance = sum(1 / len(s.admissible) for s in states)
-            rows += measure(model, states, parallel, dtype)
+            rows += measure(model, states, parallel, dtype, packed=not args.repeat_cache)
         finally:
             model.close()
     if args.json:

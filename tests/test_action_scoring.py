@@ -13,6 +13,7 @@ from crl.agent.llm.scoring import (
     ChoiceScorer,
     continuation_ids,
     score_actions,
+    shared_prefix_units,
     softmax_policy,
 )
 
@@ -84,6 +85,16 @@ def test_an_empty_continuation_is_refused():
         continuation_ids(_merging_encode, "Action:", _merging_encode("Action:"), "")
 
 
+def test_rows_that_begin_another_rows_fed_tokens_share_its_pass():
+    fed = [(0, (5, 6)), (0, (5,)), (0, (5, 7)), (1, (5,)), (0, ()), (0, (5, 6)), (1, (8, 9, 10))]
+    units, reads = shared_prefix_units(fed)
+    assert units == [(0, (5, 6)), (0, (5, 7)), (1, (8, 9, 10)), (1, (5,))]
+    assert reads == {0: 0, 1: 0, 2: 1, 3: 3, 5: 0, 6: 2}
+    for row, unit in reads.items():
+        owner, ids = fed[row]
+        assert units[unit][0] == owner and units[unit][1][: len(ids)] == ids
+
+
 # --- slow: the real embedded model ---------------------------------------------------------
 
 STATE = (
@@ -91,6 +102,7 @@ STATE = (
     "An oak door leads north; it is locked."
 )
 CANDIDATES = ["take brass key", "go north", "unlock oak door with brass key", "look"]
+SHARING = ["go north", "go south", "take brass key", "take brass key from floor", "take brass"]
 
 
 def _prompt(chat, user_text: str) -> str:
@@ -126,6 +138,28 @@ def test_log_likelihoods_equal_a_direct_forward_pass(chat):
         assert score.tokens == expected_tokens
         assert score.mean_logprob == pytest.approx(score.sum_logprob / score.tokens)
         assert not score.merged_boundary
+
+
+@pytest.mark.slow
+def test_candidates_sharing_fed_tokens_equal_a_direct_forward_pass(chat):
+    prompt = _prompt(chat, STATE)
+    [scores] = ActionScorer.for_chat_model(chat).log_likelihoods([prompt], [SHARING])
+    for score in scores:
+        assert score.sum_logprob == pytest.approx(_direct_logprob(chat, prompt, score.action), abs=1e-3)
+
+
+@pytest.mark.slow
+def test_packed_candidates_equal_a_repeated_cache_and_never_copy_it(chat, monkeypatch):
+    prompts = [_prompt(chat, STATE), _prompt(chat, "Hi"), _prompt(chat, STATE + " A lamp glows.")]
+    candidates = [CANDIDATES + SHARING, ["open the big wooden chest now", "look"], ["go south", "take lamp"]]
+    repeated = ActionScorer.for_chat_model(chat, packed=False).log_likelihoods(prompts, candidates)
+    for budget in (8192, 3):  # one pass; a pass per unit or two, the cache cut back after each
+        scorer = ActionScorer.for_chat_model(chat, max_cache_tokens=budget)
+        monkeypatch.setattr(scorer, "_continuation_chunk", lambda *a: pytest.fail("the cache was repeated"))
+        packed = scorer.log_likelihoods(prompts, candidates)
+        for mine, theirs in zip([s for row in packed for s in row], [s for row in repeated for s in row]):
+            assert mine.action == theirs.action
+            assert mine.sum_logprob == pytest.approx(theirs.sum_logprob, abs=1e-3)
 
 
 @pytest.mark.slow

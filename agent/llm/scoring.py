@@ -13,9 +13,13 @@ BPE merge across it), the continuation is tokenised on its own instead, which is
 model emits when it continues the prompt's tokens, and the score says so (`merged_boundary`).
 
 Cost: one forward pass over each prompt (all prompts of a batch together, left-padded), then
-one pass over the candidates' tokens with the prompt's KV cache repeated for each of its
-candidates. The last token of a candidate is never fed (nothing is read after it), so
-single-token candidates cost nothing beyond the prompt pass.
+one pass over the candidates' tokens: each prompt's candidates ride one after another in that
+prompt's row after its KV cache, a 4D attention mask letting each see the prompt and its own
+earlier tokens only (the cache is read in place, never copied). The last token of a candidate is
+never fed (nothing is read after it), so single-token candidates cost nothing beyond the prompt
+pass, and candidates whose fed tokens begin another's ("go north" / "go south" both feed " go")
+share them. A model that refuses a 4D mask gets the older pass: the prompt's cache repeated for
+each candidate row.
 """
 
 from __future__ import annotations
@@ -181,6 +185,9 @@ class ActionScorer:
             the repeated KV cache stays small; more rows are scored in several passes.
         pad_multiple: the prompts' padded width is a multiple of this many tokens, so a long run
             meets few distinct shapes (`agent.llm.local.PAD_MULTIPLE`); 1 pads to the longest.
+        packed: score a prompt's candidates in its own row after its cache, with a mask that keeps
+            them apart (the cache is never copied); False repeats the cache once per candidate row
+            (also the fallback for a model that refuses 4D masks).
     """
 
     def __init__(
@@ -190,6 +197,7 @@ class ActionScorer:
         separator: str = ACTION_SEPARATOR,
         max_cache_tokens: int = 8192,
         pad_multiple: int = 1,
+        packed: bool = True,
     ):
         if max_cache_tokens < 1:
             raise ValueError("max_cache_tokens must be >= 1")
@@ -198,6 +206,7 @@ class ActionScorer:
         self.separator = separator
         self.max_cache_tokens = max_cache_tokens
         self.pad_multiple = pad_multiple
+        self.packed = packed
         params = inspect.signature(model.forward).parameters
         # transformers renamed `past_key_values` to `cache` during 5.x; take whichever this one has
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -291,33 +300,120 @@ class ActionScorer:
         return out.logits[:, -1].float().log_softmax(-1), cache, mask
 
     def _continuations(self, rows, prompt_ids, cache, mask) -> list[list[float]]:
-        """Log-probs of each row's tokens after its first, reusing the prompts' KV cache."""
-        needed = [r for r, row in enumerate(rows) if len(row[2]) > 1]
+        """Log-probs of each row's tokens after its first, reusing the prompts' KV cache.
+
+        Candidates of one prompt that share their fed tokens share one row of the pass: a row
+        whose fed tokens begin another's reads its log-probs from the longer one ("go north" and
+        "go south" both feed " go"; "take key" feeds a prefix of what "take key from chest" does).
+        """
         result: list[list[float]] = [[] for _ in rows]
-        if not needed:
+        units, reads = shared_prefix_units([(k, tuple(ids[:-1])) for k, _, ids, _ in rows])
+        if not units:
             return result
-        width = mask.shape[1]
-        per_chunk = max(1, self.max_cache_tokens // width)
-        for start in range(0, len(needed), per_chunk):
-            chunk = needed[start : start + per_chunk]
-            for r, logprobs in zip(chunk, self._continuation_chunk([rows[r] for r in chunk], prompt_ids, cache, mask)):
-                result[r] = logprobs
+        logprobs = self._packed(units, prompt_ids, cache, mask) if self.packed else None
+        if logprobs is None:
+            width = mask.shape[1]
+            per_chunk = max(1, self.max_cache_tokens // width)
+            logprobs = []
+            for start in range(0, len(units), per_chunk):
+                logprobs += self._continuation_chunk(units[start : start + per_chunk], prompt_ids, cache, mask)
+        for r, unit in reads.items():
+            ids = rows[r][2]
+            result[r] = [float(logprobs[unit][j, ids[j + 1]]) for j in range(len(ids) - 1)]
         return result
 
-    def _continuation_chunk(self, rows, prompt_ids, cache, mask) -> list[list[float]]:
+    def _packed(self, units, prompt_ids, cache, mask) -> list | None:
+        """Per unit, the [len(fed), vocab] log-probs after each fed token, from passes in which every
+        unit of one prompt rides in that prompt's own row after its cached prompt, each attending to the
+        prompt and to its own earlier tokens only (a 4D mask), so the prompt's cache is never copied.
+
+        None when the model refuses a 4D mask (the caller then repeats the cache per unit)."""
+        import torch
+
+        from crl.agent.llm.local import padded_width
+
+        device = mask.device
+        width = mask.shape[1]
+        prompts = mask.shape[0]
+        per_prompt: list[list[int]] = [[] for _ in range(prompts)]
+        for u, (k, _) in enumerate(units):
+            per_prompt[k].append(u)
+        budget = max(1, self.max_cache_tokens // max(1, prompts))
+        passes: list[list[list[int]]] = []  # per pass, per prompt, the units it carries
+        for k, owned in enumerate(per_prompt):
+            pass_index, used = 0, 0
+            for u in owned:
+                n = len(units[u][1])
+                if used and used + n > budget:
+                    pass_index, used = pass_index + 1, 0
+                while len(passes) <= pass_index:
+                    passes.append([[] for _ in range(prompts)])
+                passes[pass_index][k].append(u)
+                used += n
+        out: list = [None] * len(units)
+        sdpa = getattr(getattr(self.model, "config", None), "_attn_implementation", "sdpa") == "sdpa"
+        try:
+            for carried in passes:
+                # padded like the prompts, so a long run meets few distinct shapes (per-shape kernels)
+                length = padded_width(max(sum(len(units[u][1]) for u in row) for row in carried), self.pad_multiple)
+                input_ids = torch.zeros((prompts, length), dtype=torch.long, device=device)
+                positions = torch.zeros((prompts, length), dtype=torch.long, device=device)
+                allowed = torch.zeros((prompts, 1, length, width + length), dtype=torch.bool, device=device)
+                allowed[:, 0, :, :width] = mask[:, None, :].bool()
+                spans: list[tuple[int, int, int, int]] = []  # unit, prompt, start, length
+                for k, row in enumerate(carried):
+                    at = 0
+                    for u in row:
+                        fed = units[u][1]
+                        n = len(fed)
+                        input_ids[k, at : at + n] = torch.tensor(fed, dtype=torch.long)
+                        positions[k, at : at + n] = len(prompt_ids[k]) + torch.arange(n)
+                        allowed[k, 0, at : at + n, width + at : width + at + n] = torch.tril(
+                            torch.ones((n, n), dtype=torch.bool)
+                        )
+                        spans.append((u, k, at, n))
+                        at += n
+                    for j in range(at, length):  # padding attends to itself only, so it stays finite
+                        allowed[k, 0, j, :] = False
+                        allowed[k, 0, j, width + j] = True
+                attention = (
+                    allowed
+                    if sdpa
+                    else torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill(
+                        ~allowed, torch.finfo(self.model.dtype).min
+                    )
+                )
+                result = self.model(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self._cache_arg: cache},
+                )
+                _trim(cache, width)
+                logprobs = result.logits.float().log_softmax(-1)
+                for u, k, at, n in spans:
+                    out[u] = logprobs[k, at : at + n]
+        except (TypeError, ValueError, RuntimeError, AttributeError):
+            _trim(cache, width)
+            return None
+        return out
+
+    def _continuation_chunk(self, units, prompt_ids, cache, mask) -> list:
+        """Per (prompt index, fed token ids) unit, the [len(fed), vocab] log-probs after each fed
+        token, one batched pass over the repeated prompt caches."""
         import torch
         from transformers import DynamicCache
 
         device = mask.device
-        owners = torch.tensor([k for k, *_ in rows], dtype=torch.long, device=device)
-        fed = [ids[:-1] for _, _, ids, _ in rows]
-        length = max(len(ids) for ids in fed)
-        input_ids = torch.zeros((len(rows), length), dtype=torch.long, device=device)
-        suffix_mask = torch.zeros((len(rows), length), dtype=torch.long, device=device)
-        positions = torch.zeros((len(rows), length), dtype=torch.long, device=device)
-        for i, ((k, *_), ids) in enumerate(zip(rows, fed)):
-            input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            suffix_mask[i, : len(ids)] = 1
+        owners = torch.tensor([k for k, _ in units], dtype=torch.long, device=device)
+        length = max(len(fed) for _, fed in units)
+        input_ids = torch.zeros((len(units), length), dtype=torch.long, device=device)
+        suffix_mask = torch.zeros((len(units), length), dtype=torch.long, device=device)
+        positions = torch.zeros((len(units), length), dtype=torch.long, device=device)
+        for i, (k, fed) in enumerate(units):
+            input_ids[i, : len(fed)] = torch.tensor(fed, dtype=torch.long)
+            suffix_mask[i, : len(fed)] = 1
             positions[i] = len(prompt_ids[k]) + torch.arange(length)
         repeated = DynamicCache()
         for layer, (keys, values) in enumerate(_cache_tensors(cache)):
@@ -330,10 +426,37 @@ class ActionScorer:
             **{self._cache_arg: repeated},
         )
         logprobs = out.logits.float().log_softmax(-1)
-        return [
-            logprobs[i, torch.arange(len(ids) - 1, device=device), torch.tensor(ids[1:], device=device)].tolist()
-            for i, (_, _, ids, _) in enumerate(rows)
-        ]
+        return [logprobs[i, : len(fed)] for i, (_, fed) in enumerate(units)]
+
+
+def shared_prefix_units(
+    fed: Sequence[tuple[int, tuple[int, ...]]],
+) -> tuple[list[tuple[int, tuple[int, ...]]], dict[int, int]]:
+    """The distinct passes a candidate pass needs, and which one each row reads.
+
+    Args:
+        fed: per row, (prompt index, the token ids fed after the prompt); rows with none need no pass.
+
+    Returns:
+        (units, reads): units are (prompt index, fed ids) none of which begins a longer one of the
+        same prompt; `reads[row]` is the unit whose first len(fed) positions give that row's log-probs.
+    """
+    by_owner: dict[int, list[tuple[int, ...]]] = {}
+    for k, ids in fed:
+        if ids and ids not in by_owner.setdefault(k, []):
+            by_owner[k].append(ids)
+    units: list[tuple[int, tuple[int, ...]]] = []
+    covering: dict[tuple[int, tuple[int, ...]], int] = {}
+    for k, seqs in by_owner.items():
+        longest_first = sorted(seqs, key=len, reverse=True)
+        for seq in longest_first:
+            home = next((covering[(k, u)] for u in longest_first if len(u) > len(seq) and u[: len(seq)] == seq), None)
+            if home is None:
+                home = len(units)
+                units.append((k, seq))
+            covering[(k, seq)] = home
+    reads = {r: covering[(k, ids)] for r, (k, ids) in enumerate(fed) if ids}
+    return units, reads
 
 
 class ChoiceScorer:
@@ -392,6 +515,13 @@ class ChoiceScorer:
             ]
             out.append(softmax_policy(scores, temperature, "mean"))
         return out
+
+
+def _trim(cache, width: int) -> None:
+    """Cut a transformers cache back to its first `width` positions (what a pass appended goes)."""
+    extra = cache.get_seq_length() - width
+    if extra > 0:
+        cache.crop(-extra)
 
 
 def _cache_tensors(cache) -> list[tuple[Any, Any]]:
