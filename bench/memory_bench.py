@@ -52,6 +52,7 @@ import numpy as np  # noqa: E402
 from crl.memory.bank import ExperienceBank  # noqa: E402
 from crl.memory.config import MemoryConfig  # noqa: E402
 from crl.memory.ingest import EpisodeTags, build_records, step_texts  # noqa: E402
+from crl.memory.purpose import purpose_now, reached_subgoals  # noqa: E402
 from crl.memory.records import StepRecord, step_record_id  # noqa: E402
 from crl.memory.retrieval.retriever import RetrievalQuery, Retriever  # noqa: E402
 from crl.memory.storage.embeddings import (  # noqa: E402
@@ -307,8 +308,18 @@ def play_keyroom_states(
         )
         for t in range(max_steps):
             history = [s.action for s in ep.steps]
+            reached = set().union(*(reached_subgoals(s.info) for s in ep.steps))
             queries.append(
-                RetrievalQuery("keyroom", ep.task, obs.goal, obs.text, history, list(obs.admissible_actions or []))
+                RetrievalQuery(
+                    "keyroom",
+                    ep.task,
+                    obs.goal,
+                    obs.text,
+                    history,
+                    list(obs.admissible_actions or []),
+                    seed=ep.seed,
+                    purpose=purpose_now(ep.task, reached),
+                )
             )
             plan = solve(env)
             action = plan[0] if plan and rng.random() < 0.7 else rng.choice(obs.admissible_actions or ["look"])

@@ -520,6 +520,7 @@ class ExperienceBank(CurationMixin):
         exclude_quarantine: bool,
         with_embeddings: bool = False,
         where: dict[str, Any] | None = None,
+        min_similarity: float | None = None,
     ) -> list[list[Hit]]:
         if where_outcome not in OUTCOME_BUCKETS:
             raise ValueError(f"where_outcome must be 'success', 'failure' or None, not {where_outcome!r}")
@@ -527,10 +528,12 @@ class ExperienceBank(CurationMixin):
             if texts is None:
                 raise ValueError("pass texts or embeddings")
             embeddings = self.embed(texts)
-        hits = self.view.query(kind, family, OUTCOME_BUCKETS[where_outcome], embeddings, k, with_embeddings, where)
+        hits = self.view.query(
+            kind, family, OUTCOME_BUCKETS[where_outcome], embeddings, k, with_embeddings, where, min_similarity
+        )
         if not exclude_quarantine:
             extra = self.view.query(
-                kind, family, ("q",), embeddings, k * 4 if where_outcome else k, with_embeddings, where
+                kind, family, ("q",), embeddings, k * 4 if where_outcome else k, with_embeddings, where, min_similarity
             )
             for row, more in zip(hits, extra):
                 if where_outcome:
@@ -551,6 +554,7 @@ class ExperienceBank(CurationMixin):
         embeddings: np.ndarray | None = None,
         with_embeddings: bool = False,
         purpose: str | None = None,
+        min_similarity: float | None = None,
     ) -> list[list[Hit]]:
         """The k stored steps nearest to each query state, batched: one list of hits per query.
 
@@ -563,10 +567,21 @@ class ExperienceBank(CurationMixin):
             embeddings: precomputed query vectors instead of `texts`.
             with_embeddings: each hit carries its stored vector (read by the same query).
             purpose: only steps that worked toward this sub-goal (`memory.purpose`).
+            min_similarity: steps less similar are not wanted (a row may then hold fewer than k),
+                which lets a purpose search stop early on a large bank.
         """
         where = {"purpose": purpose} if purpose else None
         return self._query(
-            "step", family, texts, embeddings, k, where_outcome, exclude_quarantine, with_embeddings, where
+            "step",
+            family,
+            texts,
+            embeddings,
+            k,
+            where_outcome,
+            exclude_quarantine,
+            with_embeddings,
+            where,
+            min_similarity,
         )
 
     def query_episodes(

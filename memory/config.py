@@ -144,6 +144,13 @@ class MemoryConfig(BaseModel):
         description="Distinct texts whose vectors the bank keeps (LRU, about 1.5 kB each for MiniLM), so a state "
         "embedded for retrieval is not embedded again at ingest and revisited states are embedded once; 0 turns it off.",
     )
+    record_cache_size: int = Field(
+        32768,
+        ge=0,
+        description="Records an embedded store keeps parsed in process (LRU, a few kB each), so a query reads only "
+        "ids and distances from the index and the records it has not seen before from Chroma; 0 turns it off. A "
+        "server store is never cached (other writers change it).",
+    )
     history_steps: int = Field(
         3, ge=0, description="Previous actions included in a step's state text (the 'short history')."
     )

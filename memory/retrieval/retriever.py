@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -225,6 +226,9 @@ def rule_hits(
     return out
 
 
+SCRUB_MEMO_SIZE = 4096
+"""Retrieved records whose scrubbed copy a retriever remembers."""
+
 MAX_WIDENING = 16
 """How many times its size a query is widened at most to see past unverified success claims."""
 
@@ -294,6 +298,7 @@ class Retriever:
         self.clock = clock
         self._cross_encoder = cross_encoder
         self.last_timing: dict[str, float] = {}
+        self._scrub_memo: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
 
     @property
     def cross_encoder(self) -> Any:
@@ -337,7 +342,7 @@ class Retriever:
             )
             for family, idx in by_family.items()
         }
-        purposeful = self._purpose_neighbours(queries, vectors)
+        purposeful = self._purpose_neighbours(queries, vectors, by_family, fetched)
         t2 = time.perf_counter()
         now = self.clock()
         k_of = slot_sizes(cfg)
@@ -368,7 +373,7 @@ class Retriever:
         if cfg.defence("sanitise_memory"):
             for pack in packs:
                 for m in pack.successes + pack.failures + pack.hints + pack.rules:
-                    m.record = scrubbed(m.record)
+                    m.record = self._scrubbed(m.record)
         t3 = time.perf_counter()
         self.last_timing = {
             "embed_ms": (t1 - t0) * 1e3,
@@ -379,6 +384,20 @@ class Retriever:
         return packs
 
     # ---- internals ----------------------------------------------------------------------
+
+    def _scrubbed(self, record):
+        """`scrubbed(record)`, remembered for the record object (a store's record cache hands the same
+        object out again until the record is written)."""
+        key = id(record)
+        seen = self._scrub_memo.get(key)
+        if seen is not None and seen[0] is record:
+            self._scrub_memo.move_to_end(key)
+            return seen[1]
+        clean = scrubbed(record)
+        self._scrub_memo[key] = (record, clean)
+        if len(self._scrub_memo) > SCRUB_MEMO_SIZE:
+            self._scrub_memo.popitem(last=False)
+        return clean
 
     def _fetch(
         self,
@@ -448,28 +467,49 @@ class Retriever:
         return _FamilyHits(by_slot, steps, embeddings, baseline, weight)
 
     def _purpose_neighbours(
-        self, queries: Sequence[RetrievalQuery], vectors: np.ndarray
+        self,
+        queries: Sequence[RetrievalQuery],
+        vectors: np.ndarray,
+        by_family: dict[str, list[int]],
+        fetched: dict[str, _FamilyHits],
     ) -> dict[int, list[tuple[StepRecord, float]]]:
         """Per query with a purpose and admissible actions, its `ec_neighbours` nearest steps stored while
-        working toward that purpose (one batched query per family and purpose), so the steps of other
-        skills never crowd them out; unverified success claims are passed over as in `_fetch`."""
+        working toward that purpose, so the steps of other skills never crowd them out; unverified success
+        claims are passed over as in `_fetch`.
+
+        The family's nearest steps (already fetched, trusted, nearest first) answer exactly when
+        `ec_neighbours` of them have the purpose; the other queries ask the bank, one batched query per
+        family and purpose (steps less similar than `ec_min_similarity` do not vote, so are not sought).
+        """
         cfg = self.config
+        k = cfg.ec_neighbours
+        out: dict[int, list[tuple[StepRecord, float]]] = {}
         groups: dict[tuple[str, str], list[int]] = {}
-        for i, q in enumerate(queries):
-            if q.purpose and q.admissible:
-                groups.setdefault((q.family, q.purpose), []).append(i)
+        for family, idx in by_family.items():
+            for row, i in enumerate(idx):
+                q = queries[i]
+                if not (q.purpose and q.admissible):
+                    continue
+                near = [
+                    (h.record, h.similarity)
+                    for h in fetched[family].neighbours[row]
+                    if isinstance(h.record, StepRecord) and h.record.purpose == q.purpose
+                ]
+                if len(near) >= k:
+                    out[i] = near[:k]
+                else:
+                    groups.setdefault((family, q.purpose), []).append(i)
         verified_only = cfg.defence("verified_only")
 
         def trusted(record) -> bool:
             return usable(record, verified_only)
 
-        out: dict[int, list[tuple[StepRecord, float]]] = {}
         for (family, purpose), idx in groups.items():
             rows = past_untrusted(
                 lambda n, family=family, purpose=purpose, idx=idx: self.bank.query_steps(
-                    family, embeddings=vectors[idx], k=n, purpose=purpose
+                    family, embeddings=vectors[idx], k=n, purpose=purpose, min_similarity=cfg.ec_min_similarity
                 ),
-                cfg.ec_neighbours,
+                k,
                 trusted,
             )
             for i, row in zip(idx, rows):

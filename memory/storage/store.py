@@ -49,10 +49,15 @@ from crl.memory.records import (
     parse_record_id,
     record_from_dict,
 )
+from crl.memory.storage.record_cache import CachedRecord, RecordCache, matches, simple_filter
 
 BUCKETS = ("ok", "fail", "q")
 SEARCH_BUCKETS = ("ok", "fail")
 _KIND_CODE = {"episode": "ep", "step": "st"}
+WHERE_OVERFETCH = (8, 64)
+"""How many times `k` neighbours a filtered query reads from the index, widening in turn, before
+it falls back to Chroma's filtered search (with a record cache; that search reads the filter's
+whole id set from SQLite: 0.4 s at 100k records)."""
 
 
 class StoreError(BankError, RuntimeError):
@@ -199,6 +204,8 @@ class ChromaView:
     """Typed reads and writes of records on a Chroma client, in the layout described above."""
 
     def __init__(self, client: Any, embedder: Any, config: MemoryConfig, journal_id: str):
+        """`config.record_cache_size` records are kept parsed in process when this view is its
+        store's only writer (embedded mode); a server view reads every query's records from Chroma."""
         self.client = client
         self.embedder = embedder
         self.ns = config.namespace
@@ -213,6 +220,11 @@ class ChromaView:
         self._cols: dict[str, Any] = {}
         self._names: dict[str, dict[str, Any]] = {}
         self._functions: dict[str, str | None] = {}
+        size = 0 if config.server_mode else config.record_cache_size
+        self.records: RecordCache | None = RecordCache(size) if size else None
+        self._counts: dict[tuple, tuple[int, int]] = {}
+        self.documents: RecordCache | None = RecordCache(max(1, size // 16)) if size else None
+        self._listed = False
 
     # ---- naming and collections -------------------------------------------------------
 
@@ -235,12 +247,23 @@ class ChromaView:
                 functions[name] = _function_name(col)
         self._functions = functions
         self._names = names  # swapped whole: a reader in another thread never sees it half-built
+        self._listed = True  # the sole writer (a record cache) sees every collection it creates after this
 
     def forget_collections(self) -> None:
         """Drop cached collection handles (another process replaced the view)."""
         self._cols = {}
         self._names = {}
         self._functions = {}
+        self._listed = False
+        self._forget(None)
+
+    def _forget(self, ids: list[str] | None) -> None:
+        """Drop `ids` (all when None) from the record cache: called before and after each write, so a
+        read that overlapped the write is not kept either."""
+        if self.records is not None:
+            self.records.drop(ids)
+        if self.documents is not None:
+            self.documents.drop(ids)
 
     def _foreign_function(self, name: str) -> bool:
         """Whether collection `name` names another embedding function than this view's (an older crl's)."""
@@ -256,7 +279,7 @@ class ChromaView:
         col = self._cols.get(name)
         if col is not None:
             return col
-        if name not in self._names:
+        if name not in self._names and not (self.records is not None and self._listed):
             self._refresh_names()
         if name in self._names:
             # a collection an older crl wrote keeps its stored function; passing ours would conflict
@@ -363,8 +386,10 @@ class ChromaView:
                 docs.append(doc)
                 metas.append(meta)
             vecs = np.asarray(embeddings, dtype=np.float32)[rows]
+            self._forget(ids)
             for sl in self._chunks(len(ids)):
                 col.upsert(ids=ids[sl], embeddings=vecs[sl], documents=docs[sl], metadatas=metas[sl])
+            self._forget(ids)
 
     def update(self, changes: list[tuple[Located, AnyRecord]], jseq: int | None) -> None:
         """Write changed records; a record whose bucket changed moves with its embedding."""
@@ -386,8 +411,10 @@ class ChromaView:
                     meta[self.jkey] = jseq
                 metas.append(meta)
             ids = [r.id for r in recs]
+            self._forget(ids)
             for sl in self._chunks(len(ids)):
                 col.update(ids=ids[sl], metadatas=metas[sl])
+            self._forget(ids)
         if moves:
             vectors = self.embeddings_of([loc for loc, _ in moves])
             keep = [(loc, new) for loc, new in moves if new.id in vectors]
@@ -408,8 +435,10 @@ class ChromaView:
         """Delete `ids` from one collection (a record's old copy after it moved bucket)."""
         col = self._collection(collection, create=False)
         if col is not None:
+            self._forget(ids)
             for sl in self._chunks(len(ids)):
                 col.delete(ids=ids[sl])
+            self._forget(ids)
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id wherever they are; returns how many existed."""
@@ -419,8 +448,10 @@ class ChromaView:
             by_col.setdefault(loc.collection, []).append(rid)
         for name, col_ids in by_col.items():
             col = self._collection(name, create=False)
+            self._forget(col_ids)
             for sl in self._chunks(len(col_ids)):
                 col.delete(ids=col_ids[sl])
+            self._forget(col_ids)
         return len(found)
 
     # ---- reads ------------------------------------------------------------------------
@@ -433,11 +464,16 @@ class ChromaView:
 
     def locate(self, ids: list[str], documents: bool = False) -> dict[str, Located]:
         """Find records by id across their possible buckets (missing ids are left out)."""
+        found: dict[str, Located] = {}
+        cache = self.documents if documents else self.records
+        generation = cache.generation if cache is not None else 0
+        if cache is not None:
+            cached, ids = cache.get_many(ids)
+            found = {rid: Located(e.record, e.collection, e.jseq) for rid, e in cached.items()}
         pending: dict[str, list[str]] = {}
         for rid in dict.fromkeys(ids):
             for name in self._candidates(rid):
                 pending.setdefault(name, []).append(rid)
-        found: dict[str, Located] = {}
         include = ["metadatas", "documents"] if documents else ["metadatas"]
         for name, col_ids in pending.items():
             col_ids = [i for i in col_ids if i not in found]
@@ -453,6 +489,11 @@ class ChromaView:
                     found[rid] = Located(
                         from_chroma(meta, doc if documents else None), name, int(meta.get(self.jkey, -1))
                     )
+        if self.documents is not None and documents:
+            self.documents.fill(
+                {rid: CachedRecord(loc.record, None, loc.collection, loc.jseq) for rid, loc in found.items()},
+                generation,
+            )
         return found
 
     def embeddings_of(self, located: list[Located]) -> dict[str, np.ndarray]:
@@ -501,12 +542,20 @@ class ChromaView:
                 offset += len(got["ids"])
 
     def count(self, kind: str, family: str, buckets: Iterable[str] = BUCKETS) -> int:
-        """How many records of `kind`/`family` the buckets hold."""
+        """How many records of `kind`/`family` the buckets hold (remembered until the next write when
+        this view is its store's only writer)."""
+        buckets = tuple(buckets)
+        key = (kind, family, buckets)
+        generation = self.records.generation if self.records is not None else None
+        if generation is not None and self._counts.get(key, (None, 0))[0] == generation:
+            return self._counts[key][1]
         total = 0
         for b in buckets:
             col = self._for(kind, family, b)
             if col is not None:
                 total += col.count()
+        if generation is not None:
+            self._counts[key] = (generation, total)
         return total
 
     def query(
@@ -518,34 +567,112 @@ class ChromaView:
         k: int,
         with_embeddings: bool = False,
         where: dict[str, Any] | None = None,
+        min_similarity: float | None = None,
     ) -> list[list[Hit]]:
         """The `k` nearest records to each query vector, merged over `buckets`, best first
         (`with_embeddings`: each hit carries its stored vector, read by the same query; `where`: a
-        Chroma metadata filter, e.g. `{"purpose": "door"}`)."""
+        Chroma metadata filter, e.g. `{"purpose": "door"}`; `min_similarity`: hits less similar
+        are not wanted, so a filtered search may stop once its neighbours are farther).
+
+        With a record cache the index is asked for ids and distances only and the records come from
+        the cache; a `where` of plain field equalities is then applied to over-fetched neighbour
+        lists (`WHERE_OVERFETCH` times `k`, widening), asking Chroma's filtered search only for rows
+        where the widest list holds fewer than `k` matches, the bucket has more records and its
+        farthest neighbour is still as similar as `min_similarity`.
+        """
         n = len(embeddings)
-        merged: list[list[tuple[float, str, dict[str, Any], Any]]] = [[] for _ in range(n)]
-        include = ["metadatas", "distances"] + (["embeddings"] if with_embeddings else [])
+        merged: list[list[tuple[float, str, Any, Any]]] = [[] for _ in range(n)]
+        cached = self.records is not None and simple_filter(where)
+        vectors_in = np.asarray(embeddings, dtype=np.float32)
         for b in buckets:
             col = self._for(kind, family, b)
             if col is None or n == 0:
                 continue
-            res = col.query(
-                query_embeddings=np.asarray(embeddings, dtype=np.float32), n_results=k, include=include, where=where
-            )
+            if cached:
+                self._query_cached(col, self.name_of(kind, family, b), vectors_in, k, where, merged, min_similarity)
+                continue
+            include = ["metadatas", "distances"] + (["embeddings"] if with_embeddings else [])
+            res = col.query(query_embeddings=vectors_in, n_results=k, include=include, where=where)
             for qi in range(n):
                 vectors = res["embeddings"][qi] if with_embeddings else [None] * len(res["ids"][qi])
                 for rid, meta, dist, vec in zip(res["ids"][qi], res["metadatas"][qi], res["distances"][qi], vectors):
-                    merged[qi].append((float(dist), rid, meta, vec))
+                    merged[qi].append((float(dist), rid, from_chroma(meta), vec))
         out: list[list[Hit]] = []
         for rows in merged:
             rows.sort(key=lambda r: (r[0], r[1]))
             out.append(
                 [
-                    Hit(rid, 1.0 - dist, from_chroma(meta), None if vec is None else np.asarray(vec, dtype=np.float32))
-                    for dist, rid, meta, vec in rows[:k]
+                    Hit(
+                        rid,
+                        1.0 - dist,
+                        record,
+                        None if vec is None or not with_embeddings else np.asarray(vec, dtype=np.float32),
+                    )
+                    for dist, rid, record, vec in rows[:k]
                 ]
             )
         return out
+
+    def _query_cached(
+        self,
+        col: Any,
+        name: str,
+        vectors: np.ndarray,
+        k: int,
+        where: dict[str, Any] | None,
+        merged: list[list[tuple[float, str, Any, Any]]],
+        min_similarity: float | None = None,
+    ) -> None:
+        """One bucket of `query` through the record cache (appends to `merged`)."""
+        widths = [k] if where is None else [k * f for f in WHERE_OVERFETCH]
+        pending = list(range(len(vectors)))
+        for wide in widths:
+            res = col.query(query_embeddings=vectors[pending], n_results=wide, include=["distances"])
+            entries = self.cached_records(col, name, [rid for row in res["ids"] for rid in row])
+            short: list[int] = []
+            for qi, ids, dists in zip(pending, res["ids"], res["distances"]):
+                row = []
+                for rid, dist in zip(ids, dists):
+                    entry = entries.get(rid)
+                    if entry is None or (where is not None and not matches(entry.record, where)):
+                        continue
+                    row.append((float(dist), rid, entry.record, entry.vector))
+                    if len(row) == k:
+                        break
+                exhausted = len(ids) < wide or (min_similarity is not None and 1.0 - dists[-1] < min_similarity)
+                if len(row) < k and not exhausted:
+                    short.append(qi)
+                else:
+                    merged[qi] += row
+            pending = short
+            if not pending:
+                return
+        res = col.query(query_embeddings=vectors[pending], n_results=k, include=["distances"], where=where)
+        entries = self.cached_records(col, name, [rid for row in res["ids"] for rid in row])
+        for qi, ids, dists in zip(pending, res["ids"], res["distances"]):
+            merged[qi] += [
+                (float(d), rid, entries[rid].record, entries[rid].vector)
+                for rid, d in zip(ids, dists)
+                if rid in entries
+            ]
+
+    def cached_records(self, col: Any, name: str, ids: list[str]) -> dict[str, CachedRecord]:
+        """The records of `ids` in collection `name`, from the record cache, reading (and caching)
+        the ones it lacks in one `get`; ids no longer stored are left out."""
+        assert self.records is not None
+        found, missing = self.records.get_many(ids)
+        if missing:
+            generation = self.records.generation
+            fresh: dict[str, CachedRecord] = {}
+            for sl in self._chunks(len(missing)):
+                got = col.get(ids=missing[sl], include=["metadatas", "embeddings"])
+                for rid, meta, vec in zip(got["ids"], got["metadatas"], got["embeddings"]):
+                    fresh[rid] = CachedRecord(
+                        from_chroma(meta), np.asarray(vec, dtype=np.float32), name, int(meta.get(self.jkey, -1))
+                    )
+            self.records.fill(fresh, generation)
+            found.update(fresh)
+        return found
 
     def nearest_similarity(self, kind: str, family: str, embeddings: np.ndarray) -> list[float | None]:
         """For each vector, the highest cosine similarity to any stored record of `kind`/`family`."""
