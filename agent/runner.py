@@ -19,7 +19,7 @@ from crl.agent.random_actor import RandomActor
 from crl.agent.redaction import redact_text
 from crl.agent.session import EpisodeSession, LoopConfig
 from crl.agent.tool_choice import ToolPrime, by_tool_name, call_opening, choose_tool, primed, tools_tried_here
-from crl.memory.purpose import purpose_now, reached_subgoals
+from crl.memory.purpose import purpose_now
 from crl.memory.retrieval.episodic_control import memory_advantages
 from crl.memory.retrieval.retriever import RetrievalQuery
 from crl.memory.storage.episode_log import EpisodeLog
@@ -375,8 +375,7 @@ class Runner:
         config = self.posterior.config if self.posterior is not None else None
         if config is None or not config.same_task or config.condition != "purpose":
             return None
-        reached = set().union(*(reached_subgoals(step.info) for step in session.episode.steps))
-        return purpose_now(session.episode.task, reached)
+        return purpose_now(session.episode.task, session.reached_so_far())
 
     def scores(self, actions: Sequence[str] | None) -> bool:
         """Whether this step is decided by scoring the listed actions (the posterior policy,

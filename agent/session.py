@@ -79,6 +79,8 @@ class EpisodeSession:
         self.task_text = self.observation.text
         self.history = PromptHistory(window=config.history_window)
         self.tokens_used = 0
+        self._reached: set[str] = set()
+        self._reached_upto = 0
         self._started = time.monotonic()
         self._seen: dict[tuple[str, str], int] = {}
         self._tried: dict[str, set[str]] = {}
@@ -155,6 +157,15 @@ class EpisodeSession:
         listed = self.observation.admissible_actions if self.config.loop_breaker else None
         no_ops = self._no_ops.get(tuple(sorted(listed)), set()) if listed else set()
         return tried | no_ops if no_ops else tried
+
+    def reached_so_far(self) -> set[str]:
+        """Every sub-goal reached at any step so far, as stored steps' purposes count them (a resumed
+        episode's earlier steps included); each step is read once."""
+        steps = self.episode.steps
+        for step in steps[self._reached_upto :]:
+            self._reached |= reached_subgoals(step.info)
+        self._reached_upto = len(steps)
+        return self._reached
 
     def recent_actions(self) -> list[str]:
         """The actions of the history window, oldest first."""

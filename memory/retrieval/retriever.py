@@ -385,6 +385,11 @@ class Retriever:
 
     # ---- internals ----------------------------------------------------------------------
 
+    def _trusted(self) -> Callable[[Any], bool]:
+        """Whether a retrieved record may be a case, a hint or a vote (`usable` under this config)."""
+        verified_only = self.config.defence("verified_only")
+        return lambda record: usable(record, verified_only)
+
     def _scrubbed(self, record):
         """`scrubbed(record)`, remembered for the record object (a store's record cache hands the same
         object out again until the record is written)."""
@@ -412,11 +417,7 @@ class Retriever:
         empty: list[list[Hit]] = [[] for _ in range(len(vectors))]
         pool = min(cfg.pool, cfg.cross_encoder_pool) if cfg.rerank == "cross-encoder" else cfg.pool
 
-        verified_only = cfg.defence("verified_only")
-
-        def trusted(record) -> bool:
-            return usable(record, verified_only)
-
+        trusted = self._trusted()
         mmr = cfg.mmr_lambda < 1.0
         wide_k = {slot: k >= 2 for slot, k in slot_sizes(cfg).items()}  # MMR only reorders a pick of two or more
 
@@ -499,11 +500,7 @@ class Retriever:
                     out[i] = near[:k]
                 else:
                     groups.setdefault((family, q.purpose), []).append(i)
-        verified_only = cfg.defence("verified_only")
-
-        def trusted(record) -> bool:
-            return usable(record, verified_only)
-
+        trusted = self._trusted()
         for (family, purpose), idx in groups.items():
             rows = past_untrusted(
                 lambda n, family=family, purpose=purpose, idx=idx: self.bank.query_steps(
