@@ -129,23 +129,16 @@ def chat(embedded_models_dir):
 
 
 @pytest.mark.slow
-def test_log_likelihoods_equal_a_direct_forward_pass(chat):
+@pytest.mark.parametrize("candidates", [CANDIDATES, SHARING], ids=["distinct", "sharing fed tokens"])
+def test_log_likelihoods_equal_a_direct_forward_pass(chat, candidates):
     prompt = _prompt(chat, STATE)
-    [scores] = ActionScorer.for_chat_model(chat).log_likelihoods([prompt], [CANDIDATES])
+    [scores] = ActionScorer.for_chat_model(chat).log_likelihoods([prompt], [candidates])
     for score in scores:
         assert score.sum_logprob == pytest.approx(_direct_logprob(chat, prompt, score.action), abs=1e-3)
         expected_tokens = len(chat.tokenizer(" " + score.action, add_special_tokens=False)["input_ids"])
         assert score.tokens == expected_tokens
         assert score.mean_logprob == pytest.approx(score.sum_logprob / score.tokens)
         assert not score.merged_boundary
-
-
-@pytest.mark.slow
-def test_candidates_sharing_fed_tokens_equal_a_direct_forward_pass(chat):
-    prompt = _prompt(chat, STATE)
-    [scores] = ActionScorer.for_chat_model(chat).log_likelihoods([prompt], [SHARING])
-    for score in scores:
-        assert score.sum_logprob == pytest.approx(_direct_logprob(chat, prompt, score.action), abs=1e-3)
 
 
 @pytest.mark.slow
