@@ -180,7 +180,9 @@ def bench(args: argparse.Namespace, home: Path) -> dict:
         print(stopped, flush=True)
     if sampler.samples[-1].episodes != sampler.done:
         sampler.samples.append(Sample(sampler.done, time.monotonic() - sampler.started, rss_mb(), live_records()))
-    verdict = judge(sampler.samples, sampler.done, args.warmup_share, args.tolerance)
+    # a run stopped at its time limit keeps the warm-up it was planned (and sampled) for
+    judged = args.episodes if stopped else sampler.done
+    verdict = judge(sampler.samples, judged, args.warmup_share, args.tolerance)
     return {
         "task": args.task,
         "policy": settings.agent.policy,
