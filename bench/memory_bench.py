@@ -306,9 +306,9 @@ def play_keyroom_states(
             seed=seed0 + i,
             goal=obs.goal,
         )
+        reached: set[str] = set()
         for t in range(max_steps):
             history = [s.action for s in ep.steps]
-            reached = set().union(*(reached_subgoals(s.info) for s in ep.steps))
             queries.append(
                 RetrievalQuery(
                     "keyroom",
@@ -325,6 +325,7 @@ def play_keyroom_states(
             action = plan[0] if plan and rng.random() < 0.7 else rng.choice(obs.admissible_actions or ["look"])
             nxt, reward, done, info = env.step(action)
             ep.steps.append(Step(index=t, observation=obs.text, action=action, reward=reward, done=done, info=info))
+            reached |= reached_subgoals(info)
             obs = nxt
             if done:
                 break

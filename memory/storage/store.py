@@ -32,6 +32,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,12 +259,21 @@ class ChromaView:
         self._forget(None)
 
     def _forget(self, ids: list[str] | None) -> None:
-        """Drop `ids` (all when None) from the record cache: called before and after each write, so a
-        read that overlapped the write is not kept either."""
+        """Drop `ids` (all when None) from the record caches."""
         if self.records is not None:
             self.records.drop(ids)
         if self.documents is not None:
             self.documents.drop(ids)
+
+    @contextmanager
+    def _writing(self, ids: list[str]) -> Iterator[None]:
+        """Around a write of `ids`: their cached copies are dropped before and after it, so a read
+        that overlapped the write is not kept either."""
+        self._forget(ids)
+        try:
+            yield
+        finally:
+            self._forget(ids)
 
     def _foreign_function(self, name: str) -> bool:
         """Whether collection `name` names another embedding function than this view's (an older crl's)."""
@@ -386,10 +396,9 @@ class ChromaView:
                 docs.append(doc)
                 metas.append(meta)
             vecs = np.asarray(embeddings, dtype=np.float32)[rows]
-            self._forget(ids)
-            for sl in self._chunks(len(ids)):
-                col.upsert(ids=ids[sl], embeddings=vecs[sl], documents=docs[sl], metadatas=metas[sl])
-            self._forget(ids)
+            with self._writing(ids):
+                for sl in self._chunks(len(ids)):
+                    col.upsert(ids=ids[sl], embeddings=vecs[sl], documents=docs[sl], metadatas=metas[sl])
 
     def update(self, changes: list[tuple[Located, AnyRecord]], jseq: int | None) -> None:
         """Write changed records; a record whose bucket changed moves with its embedding."""
@@ -411,10 +420,9 @@ class ChromaView:
                     meta[self.jkey] = jseq
                 metas.append(meta)
             ids = [r.id for r in recs]
-            self._forget(ids)
-            for sl in self._chunks(len(ids)):
-                col.update(ids=ids[sl], metadatas=metas[sl])
-            self._forget(ids)
+            with self._writing(ids):
+                for sl in self._chunks(len(ids)):
+                    col.update(ids=ids[sl], metadatas=metas[sl])
         if moves:
             vectors = self.embeddings_of([loc for loc, _ in moves])
             keep = [(loc, new) for loc, new in moves if new.id in vectors]
@@ -435,10 +443,9 @@ class ChromaView:
         """Delete `ids` from one collection (a record's old copy after it moved bucket)."""
         col = self._collection(collection, create=False)
         if col is not None:
-            self._forget(ids)
-            for sl in self._chunks(len(ids)):
-                col.delete(ids=ids[sl])
-            self._forget(ids)
+            with self._writing(ids):
+                for sl in self._chunks(len(ids)):
+                    col.delete(ids=ids[sl])
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id wherever they are; returns how many existed."""
@@ -448,10 +455,9 @@ class ChromaView:
             by_col.setdefault(loc.collection, []).append(rid)
         for name, col_ids in by_col.items():
             col = self._collection(name, create=False)
-            self._forget(col_ids)
-            for sl in self._chunks(len(col_ids)):
-                col.delete(ids=col_ids[sl])
-            self._forget(col_ids)
+            with self._writing(col_ids):
+                for sl in self._chunks(len(col_ids)):
+                    col.delete(ids=col_ids[sl])
         return len(found)
 
     # ---- reads ------------------------------------------------------------------------
