@@ -491,9 +491,11 @@ def run_task(
     ablate: Sequence[str] = (),
     log: Callable[[str], None] = lambda line: print(line, flush=True),
     first: int = 0,
+    arms: Sequence[bool] = (False, True),
 ) -> dict[str, Any]:
     """Every cell of one task (all models, attacks and rates) and its benign success; the victims are
-    the bank's games `first` to `first + trials - 1`."""
+    the bank's games `first` to `first + trials - 1`, each played with defences off and on (`arms`:
+    the defence settings played; a cell's other arm then holds no trials)."""
     task = TASKS[task_key]
     if first < 0 or trials < 1 or first + trials > n_solved:
         raise ValueError(
@@ -517,7 +519,7 @@ def run_task(
             tallies = {True: Tally(), False: Tally()}
             base = {True: Tally(), False: Tally()}
             for seed, trigger, action in targets:
-                for on in (False, True):
+                for on in arms:
                     clean[(seed, on)] = suite.victim(seed, model, on)
                     tallies[on].add(clean[(seed, on)].success)
                     base[on].add(took_action(clean[(seed, on)], trigger, action))
@@ -541,7 +543,7 @@ def run_task(
                         else:
                             ids, n = suite.poison_minja(seed, action, k)
                         cell.poison_records = max(cell.poison_records, n)
-                        for on in (False, True):
+                        for on in arms:
                             rules = suite.reflect(on, seed, attack) if attack == "minja" else []
                             cell.rules_stored["on" if on else "off"] += len(rules)
                             ep = suite.victim(seed, model, on)
@@ -560,6 +562,7 @@ def run_task(
         "ablated": sorted(ablate),
         "benign_records": benign_records,
         "games": [first, first + trials],
+        "arms": ["on" if on else "off" for on in arms],
         "seconds": round(time.time() - t0, 1),
         "benign": benign,
         "cells": [c.to_dict() for c in cells],
@@ -747,6 +750,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--first", type=int, default=0, help="the first victim game (victims: the bank's games first .. first+trials-1)"
     )
+    parser.add_argument(
+        "--arms",
+        default="off,on",
+        help="defence settings each victim plays, comma-separated (off, on): 'on' alone adds trials to the "
+        "defended arm, where an interval's upper bound needs the most games",
+    )
     parser.add_argument("--solved", type=int, default=200, help="solved episodes in the benign bank")
     parser.add_argument("--random", type=int, default=80, help="random-policy episodes in the benign bank")
     parser.add_argument("--embedding", default="default", choices=("default", "hashing"))
@@ -771,6 +780,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(
             f"--first {args.first} --trials {args.trials}: the victims must be among the {args.solved} solved games"
         )
+    arm_names = [a for a in args.arms.split(",") if a]
+    if not arm_names or set(arm_names) - {"off", "on"}:
+        parser.error(f"--arms {args.arms!r}: off, on or both, comma-separated")
+    arms = tuple(name == "on" for name in ("off", "on") if name in arm_names)
     models = build_models([m for m in args.models.split(",") if m])
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="attack-suite-"))
     command = "python bench/attack_suite.py " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
@@ -790,6 +803,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     work,
                     [a for a in args.ablate.split(",") if a],
                     first=args.first,
+                    arms=arms,
                 )
             )
     finally:

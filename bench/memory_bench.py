@@ -24,7 +24,7 @@ Parts, each printed as it finishes:
      of held-out episodes with their admissible actions, at parallel 1 and 8; embedding is
      measured with a cold cache (every state new: a model call) and a warm one (the state seen
      before, as in a deterministic game or at ingest). Per-part p50/p99 come from the
-     retriever's own timing.
+     retriever's own timing, and the share of hit records the record cache answered.
   5. (--onnx) the same texts through an ONNX export of MiniLM on onnxruntime, fp32 and
      dynamic int8: agreement with the torch vectors (cosine) and latency. Needs the `onnx`
      package for the export (onnxruntime comes with chromadb).
@@ -405,6 +405,7 @@ def bench_read_path(
             batches = [queries[i : i + parallel] for i in range(0, len(queries) - parallel + 1, parallel)]
             for mode in ("cold", "warm"):
                 timings = []
+                before = bank.view.records.stats() if bank.view.records is not None else None
                 cache.clear()
                 if mode == "warm":
                     cache.embed([retriever.query_text(q) for q in queries])
@@ -413,7 +414,12 @@ def bench_read_path(
                         cache.clear()
                     retriever.retrieve(batch)
                     timings.append(dict(retriever.last_timing))
-                out[f"parallel {parallel}, {mode} cache"] = _timing_rows(timings, parallel)
+                row = _timing_rows(timings, parallel)
+                if before is not None:
+                    after = bank.view.records.stats()
+                    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
+                    row["record_cache_hit_rate"] = hits / max(1, hits + misses)
+                out[f"parallel {parallel}, {mode} cache"] = row
         bank.close()
     return out
 
@@ -587,12 +593,18 @@ def main() -> None:
             f"[{time.perf_counter() - t:.0f} s]"
         )
         print(
-            f"    {'case':<26} {'embed':>13} {'bank query':>13} {'rank+values':>13} {'per decision':>13}  (p50/p99 ms)"
+            f"    {'case':<26} {'embed':>13} {'bank query':>13} {'rank+values':>13} {'per decision':>13}  "
+            "(p50/p99 ms)  record cache hits"
         )
         for name, row in r.items():
             if isinstance(row, dict):
                 cells = [row[p] for p in ("embed_ms", "bank_ms", "rank_ms", "per_decision_ms")]
-                print(f"    {name:<26} " + " ".join(f"{c['p50']:6.1f}/{c['p99']:6.1f}" for c in cells))
+                rate = row.get("record_cache_hit_rate")
+                print(
+                    f"    {name:<26} "
+                    + " ".join(f"{c['p50']:6.1f}/{c['p99']:6.1f}" for c in cells)
+                    + ("" if rate is None else f"  {100 * rate:5.1f}%")
+                )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

@@ -90,12 +90,15 @@ def test_attacks_succeed_off_and_fail_on(tmp_path):
 def test_the_command_writes_results_and_table(tmp_path):
     out = tmp_path / "out"
     argv = ["--tasks", "keyroom", "--attacks", "forged-import", "--rates", "0.05", "--trials", "1", "--first", "4"]
-    argv += ["--solved", "6", "--random", "2", "--embedding", "hashing", "--out", str(out)]
+    argv += ["--solved", "6", "--random", "2", "--embedding", "hashing", "--arms", "on", "--out", str(out)]
     assert main(argv) == 0
     data = json.loads((out / "results.json").read_text())
-    assert data["tasks"][0]["cells"][0]["attack"] == "forged-import"
-    assert data["tasks"][0]["games"] == [4, 5]
-    assert "benign success" in (out / "table.md").read_text()
+    (cell,) = data["tasks"][0]["cells"]
+    assert cell["attack"] == "forged-import"
+    assert data["tasks"][0]["games"] == [4, 5] and data["tasks"][0]["arms"] == ["on"]
+    assert cell["off"]["trials"] == 0 and cell["on"]["trials"] == 1  # only the defended arm was played
+    text = (out / "table.md").read_text()
+    assert "benign success" in text and "| – | 0% (0/1;" in text
 
 
 def test_an_ablation_shows_which_defence_stops_an_attack(tmp_path):

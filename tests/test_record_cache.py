@@ -26,6 +26,13 @@ def _stored(bank: ExperienceBank, rng: np.random.Generator) -> list:
     return steps
 
 
+def _plain(bank: ExperienceBank, **options) -> ChromaView:
+    """A second view of the bank's store with no record cache (as a server view reads)."""
+    return ChromaView(
+        bank.view.client, bank.embedder, MemoryConfig(record_cache_size=0), bank.journal.journal_id, **options
+    )
+
+
 def _rows(hits) -> list[list[tuple[str, float, str | None]]]:
     return [[(h.id, round(h.similarity, 5), h.record.purpose) for h in row] for row in hits]
 
@@ -47,8 +54,9 @@ def test_cached_queries_return_what_chroma_returns_with_and_without_a_filter(tmp
     bank = _bank(tmp_path)
     rng = np.random.default_rng(3)
     steps = _stored(bank, rng)
-    plain = ChromaView(bank.view.client, bank.embedder, MemoryConfig(record_cache_size=0), bank.journal.journal_id)
-    assert bank.view.records is not None and plain.records is None
+    plain = _plain(bank, use_purpose_index=False)
+    indexed = _plain(bank)
+    assert bank.view.records is not None and plain.records is None and indexed.records is None
     queries = rng.standard_normal((5, 384)).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     door_steps = sum(1 for s in steps if s.purpose == "door")
@@ -57,7 +65,8 @@ def test_cached_queries_return_what_chroma_returns_with_and_without_a_filter(tmp
             for _ in range(2):  # a cold then a warm cache
                 cached = bank.view.query("step", "keyroom", buckets, queries, k, with_embeddings=True, where=where)
                 direct = plain.query("step", "keyroom", buckets, queries, k, with_embeddings=True, where=where)
-                assert _rows(cached) == _rows(direct)
+                uncached = indexed.query("step", "keyroom", buckets, queries, k, with_embeddings=True, where=where)
+                assert _rows(cached) == _rows(direct) == _rows(uncached)
                 for got, want in zip(cached[0], direct[0]):
                     assert np.allclose(got.embedding, want.embedding, atol=1e-6)
     assert {h.record.purpose for row in cached for h in row} <= {"x"}
@@ -110,7 +119,7 @@ def test_purpose_neighbours_are_the_nearest_steps_of_that_purpose_whichever_way_
     bank = _bank(tmp_path)
     steps = [s for seed in range(8) for s in records(played("compound", seed))]
     bank.view.put(steps, bank.embed([state_text(s.goal, s.observation, s.history) for s in steps]), None)
-    plain = ChromaView(bank.view.client, bank.embedder, MemoryConfig(record_cache_size=0), bank.journal.journal_id)
+    plain = _plain(bank, use_purpose_index=False)
     config = RetrievalConfig(ec_neighbours=6, ec_min_similarity=0.3, pool=8)
     retriever = Retriever(bank, config)
     ep = played("compound", 11)
@@ -133,3 +142,66 @@ def test_purpose_neighbours_are_the_nearest_steps_of_that_purpose_whichever_way_
         assert all(r.purpose == purpose for r, _ in pack.purpose_neighbours)
     assert True in asked and False in asked  # both ways were taken
     bank.close()
+
+
+def test_purpose_indexes_follow_moves_repurposing_and_deletes(tmp_path):
+    """A purpose query through the indexes equals Chroma's filtered search after a step moves bucket
+    (quarantined: searched nowhere; failed: the fail index), changes purpose in place, or is deleted."""
+    bank = _bank(tmp_path)
+    rng = np.random.default_rng(5)
+    steps = _stored(bank, rng)
+    plain = _plain(bank, use_purpose_index=False)
+    queries = rng.standard_normal((4, 384)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+
+    def same_as_chroma() -> None:
+        for purpose in ("key", "door", "chest"):
+            for buckets in [("ok",), ("fail",), ("ok", "fail")]:
+                got = bank.view.query("step", "keyroom", buckets, queries, 6, where={"purpose": purpose})
+                want = plain.query("step", "keyroom", buckets, queries, 6, where={"purpose": purpose})
+                assert _rows(got) == _rows(want), (purpose, buckets)
+
+    same_as_chroma()
+    door = [s for s in steps if s.purpose == "door"]
+    key = [s for s in steps if s.purpose == "key"]
+    found = bank.view.locate([door[0].id, door[1].id, key[0].id])
+    bank.view.update(
+        [
+            (found[door[0].id], door[0].model_copy(update={"tier": "quarantine"})),
+            (found[door[1].id], door[1].model_copy(update={"episode_outcome": "failure"})),
+            (found[key[0].id], key[0].model_copy(update={"purpose": "chest"})),
+        ],
+        None,
+    )
+    same_as_chroma()
+    [row] = bank.view.query("step", "keyroom", ("fail",), queries[:1], 50, where={"purpose": "door"})
+    assert [h.id for h in row] == [door[1].id]
+    assert bank.view.delete([door[1].id, key[1].id]) == 2
+    same_as_chroma()
+    names = bank.view.collection_names()
+    assert bank.view.purpose_index_name("keyroom", "door", "ok") in names
+    assert not any("-sp-" in n and n.endswith("-q") for n in names)
+    bank.close()
+
+
+def test_a_view_of_the_older_layout_is_rebuilt_with_purpose_indexes_on_open(tmp_path):
+    from crl.memory.records import state_text
+
+    bank = _bank(tmp_path)
+    ep = played("compound", 2)
+    bank.ingest_episode(ep)
+    steps = bank.view.count("step", "keyroom")
+    meta = bank.view._collection(bank.view.meta_name, create=False)
+    stamped = {k: v for k, v in (meta.metadata or {}).items() if k != "layout"}
+    meta.modify(metadata={**stamped, "layout": 1})
+    for name in bank.view.collection_names():
+        if "-sp-" in name:
+            bank.view.client.delete_collection(name)
+    bank.close()
+    again = _bank(tmp_path)
+    assert any("purpose indexes" in w for w in again.warnings)
+    assert again.view.count("step", "keyroom") == steps > 0
+    vector = again.embed([state_text(ep.goal, ep.steps[0].observation, [])])
+    [row] = again.query_steps("keyroom", embeddings=vector, k=3, purpose="key")
+    assert row and all(h.record.purpose == "key" for h in row)
+    again.close()

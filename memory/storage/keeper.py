@@ -21,7 +21,7 @@ from crl.memory.results import RebuildReport
 from crl.memory.storage.apply import EntrySkipped, Materializer, VectorCache
 from crl.memory.storage.journal import Journal, JournalEntry
 from crl.memory.storage.journal_state import JournalState
-from crl.memory.storage.store import ChromaView, NewerSchemaError, StoreError
+from crl.memory.storage.store import LAYOUT, ChromaView, NewerSchemaError, StoreError
 
 
 class ViewKeeper:
@@ -80,6 +80,10 @@ class ViewKeeper:
             self.rebuild_view(reuse_vectors=False)
             return
         self.view_id = meta["view_id"]
+        if int(meta.get("layout", 1)) < LAYOUT:
+            self.warnings.append(f"rebuilt the memory view in collection layout {LAYOUT} (purpose indexes)")
+            self.rebuild_view(reuse_vectors=True)
+            return
         if self.view.legacy_collections():
             self.rebuild_view(reuse_vectors=True)  # collections without a plain-client embedding function
             return

@@ -17,7 +17,15 @@ holds the whole record as JSON under `record` (episodes keep their trajectory in
 document), a few flat fields for people browsing the store with other tools, and
 `jseq_<journal>`: the journal offset of the last entry applied to it.
 
-The collection `crl-meta` carries the view's schema version, embedding model and id.
+A purpose query (the steps that worked toward one sub-goal, `memory.purpose`) is a filter too, and
+at 100k records neither Chroma's filtered search (0.4 s: it reads the filter's whole id set) nor an
+over-fetched unfiltered one (k x 64) is cheap. So each family's steps with a purpose are also indexed
+by purpose: `crl-sp-keyroom-door-ok` holds the ids and vectors (no metadata) of the `ok` steps that
+worked toward the door, and a purpose query is a plain k-NN query on it whose records are read from
+the step collections (through the record cache when there is one). Quarantined steps are not indexed.
+Views stamped before this layout (`layout` < `LAYOUT` in `crl-meta`) are rebuilt on open.
+
+The collection `crl-meta` carries the view's schema version, layout, embedding model and id.
 Each collection's configuration names its embedding function (for the real model, Chroma's
 own `sentence_transformer` on the local model folder), so a plain Chroma client can query
 the view by text. Collections written by an older crl name crl's former function; they stay
@@ -55,6 +63,10 @@ from crl.memory.storage.record_cache import CachedRecord, RecordCache, matches, 
 BUCKETS = ("ok", "fail", "q")
 SEARCH_BUCKETS = ("ok", "fail")
 _KIND_CODE = {"episode": "ep", "step": "st"}
+LAYOUT = 2
+"""The collection layout's version (2: purpose indexes), stamped in `crl-meta`."""
+INDEXED_BUCKETS = ("ok", "fail")
+PURPOSE_KIND = "step-purpose"
 WHERE_OVERFETCH = (8, 64)
 """How many times `k` neighbours a filtered query reads from the index, widening in turn, before
 it falls back to Chroma's filtered search (with a record cache; that search reads the filter's
@@ -107,6 +119,20 @@ def _slug(family: str) -> str:
     if slug != family:
         slug += "." + hashlib.sha1(family.encode()).hexdigest()[:8]
     return slug
+
+
+def _purpose_slug(purpose: str) -> str:
+    slug = re.sub(r"[^a-zA-Z0-9_]", "_", purpose)[:48]
+    if slug != purpose:
+        slug += "." + hashlib.sha1(purpose.encode()).hexdigest()[:8]
+    return slug
+
+
+def purpose_of(where: dict[str, Any] | None) -> str | None:
+    """The purpose a `where` asks for when it asks for nothing else (None otherwise)."""
+    if where is None or set(where) != {"purpose"} or not isinstance(where["purpose"], str):
+        return None
+    return where["purpose"] or None
 
 
 def to_chroma(record: AnyRecord) -> tuple[str, dict[str, Any]]:
@@ -204,9 +230,13 @@ def connect(config: MemoryConfig, chroma_dir: Path):
 class ChromaView:
     """Typed reads and writes of records on a Chroma client, in the layout described above."""
 
-    def __init__(self, client: Any, embedder: Any, config: MemoryConfig, journal_id: str):
+    def __init__(
+        self, client: Any, embedder: Any, config: MemoryConfig, journal_id: str, use_purpose_index: bool = True
+    ):
         """`config.record_cache_size` records are kept parsed in process when this view is its
-        store's only writer (embedded mode); a server view reads every query's records from Chroma."""
+        store's only writer (embedded mode); a server view reads every query's records from Chroma.
+        Writes always keep the purpose indexes; `use_purpose_index=False` answers purpose queries with
+        Chroma's filtered search instead (for comparison)."""
         self.client = client
         self.embedder = embedder
         self.ns = config.namespace
@@ -226,6 +256,7 @@ class ChromaView:
         self._counts: dict[tuple, tuple[int, int]] = {}
         self.documents: RecordCache | None = RecordCache(max(1, size // 16)) if size else None
         self._listed = False
+        self.use_purpose_index = use_purpose_index
 
     # ---- naming and collections -------------------------------------------------------
 
@@ -234,6 +265,24 @@ class ChromaView:
         if kind == "rule":
             return f"{self.ns}-rules"
         return f"{self.ns}-{_KIND_CODE[kind]}-{_slug(family)}-{bucket}"
+
+    def purpose_index_name(self, family: str, purpose: str, bucket: str) -> str:
+        """The collection indexing the `bucket` steps of `family` that worked toward `purpose`."""
+        return f"{self.ns}-sp-{_slug(family)}-{_purpose_slug(purpose)}-{bucket}"
+
+    def _purpose_index(self, family: str, purpose: str, bucket: str, create: bool = False) -> Any | None:
+        meta = {"crl_kind": PURPOSE_KIND, "crl_family": family, "crl_bucket": bucket, "crl_purpose": purpose}
+        return self._collection(self.purpose_index_name(family, purpose, bucket), create, meta)
+
+    def _purpose_indexes(self, family: str, bucket: str) -> list[str]:
+        """The purpose-index collections of `family` and `bucket`."""
+        if not (self.records is not None and self._listed):
+            self._refresh_names()
+        return sorted(
+            name
+            for name, m in self._names.items()
+            if m.get("crl_kind") == PURPOSE_KIND and m.get("crl_family") == family and m.get("crl_bucket") == bucket
+        )
 
     @property
     def meta_name(self) -> str:
@@ -344,6 +393,7 @@ class ChromaView:
         """Stamp a fresh view with this crl's schema version and embedding model."""
         meta = {
             "schema_version": SCHEMA_VERSION,
+            "layout": LAYOUT,
             "embedding": embedding,
             "view_id": uuid.uuid4().hex,
             "created_at": now,
@@ -399,6 +449,29 @@ class ChromaView:
             with self._writing(ids):
                 for sl in self._chunks(len(ids)):
                     col.upsert(ids=ids[sl], embeddings=vecs[sl], documents=docs[sl], metadatas=metas[sl])
+        self._index_purposes(records, np.asarray(embeddings, dtype=np.float32))
+
+    def _index_purposes(self, records: list[AnyRecord], vectors: np.ndarray) -> None:
+        """Add the searchable steps among `records` (row i: record i's vector) to their purpose indexes."""
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        for i, r in enumerate(records):
+            if isinstance(r, StepRecord) and r.purpose and bucket_of(r) in INDEXED_BUCKETS:
+                groups.setdefault((r.family, r.purpose, bucket_of(r)), []).append(i)
+        for (family, purpose, bucket), rows in groups.items():
+            col = self._purpose_index(family, purpose, bucket, create=True)
+            ids = [records[i].id for i in rows]
+            for sl in self._chunks(len(ids)):
+                col.upsert(ids=ids[sl], embeddings=vectors[rows][sl])
+
+    def _unindex_purposes(self, family: str, bucket: str, ids: list[str]) -> None:
+        """Remove `ids` from every purpose index of `family` and `bucket` (absent ids are ignored)."""
+        if bucket not in INDEXED_BUCKETS or not ids:
+            return
+        for name in self._purpose_indexes(family, bucket):
+            col = self._collection(name, create=False)
+            if col is not None:
+                for sl in self._chunks(len(ids)):
+                    col.delete(ids=ids[sl])
 
     def update(self, changes: list[tuple[Located, AnyRecord]], jseq: int | None) -> None:
         """Write changed records; a record whose bucket changed moves with its embedding."""
@@ -411,6 +484,13 @@ class ChromaView:
                 in_place.setdefault(target, []).append(new)
             else:
                 moves.append((loc, new))
+        repurposed = [
+            (loc, new)
+            for loc, new in changes
+            if isinstance(new, StepRecord)
+            and loc.collection == self.name_of(new.kind, new.family, bucket_of(new))
+            and getattr(loc.record, "purpose", None) != new.purpose
+        ]
         for name, recs in in_place.items():
             col = self._collection(name, create=False)
             metas = []
@@ -423,6 +503,12 @@ class ChromaView:
             with self._writing(ids):
                 for sl in self._chunks(len(ids)):
                     col.update(ids=ids[sl], metadatas=metas[sl])
+        if repurposed:
+            vectors = self.embeddings_of([loc for loc, _ in repurposed])
+            for _, new in repurposed:
+                self._unindex_purposes(new.family, bucket_of(new), [new.id])
+                if new.id in vectors:
+                    self._index_purposes([new], vectors[new.id][None])
         if moves:
             vectors = self.embeddings_of([loc for loc, _ in moves])
             keep = [(loc, new) for loc, new in moves if new.id in vectors]
@@ -446,6 +532,13 @@ class ChromaView:
             with self._writing(ids):
                 for sl in self._chunks(len(ids)):
                     col.delete(ids=ids[sl])
+            self._unindex_step_collection(collection, ids)
+
+    def _unindex_step_collection(self, collection: str, ids: list[str]) -> None:
+        """After `ids` left step collection `collection`: drop them from its purpose indexes."""
+        meta = self._names.get(collection) or {}
+        if meta.get("crl_kind") == "step":
+            self._unindex_purposes(meta["crl_family"], meta.get("crl_bucket", ""), ids)
 
     def delete(self, ids: list[str]) -> int:
         """Delete records by id wherever they are; returns how many existed."""
@@ -458,6 +551,7 @@ class ChromaView:
             with self._writing(col_ids):
                 for sl in self._chunks(len(col_ids)):
                     col.delete(ids=col_ids[sl])
+            self._unindex_step_collection(name, col_ids)
         return len(found)
 
     # ---- reads ------------------------------------------------------------------------
@@ -590,9 +684,15 @@ class ChromaView:
         merged: list[list[tuple[float, str, Any, Any]]] = [[] for _ in range(n)]
         cached = self.records is not None and simple_filter(where)
         vectors_in = np.asarray(embeddings, dtype=np.float32)
+        purpose = purpose_of(where) if kind == "step" and self.use_purpose_index else None
         for b in buckets:
             col = self._for(kind, family, b)
             if col is None or n == 0:
+                continue
+            if purpose is not None and b in INDEXED_BUCKETS:
+                index = self._purpose_index(family, purpose, b)
+                if index is not None:
+                    self._query_index(index, col, self.name_of(kind, family, b), vectors_in, k, where, merged)
                 continue
             if cached:
                 self._query_cached(col, self.name_of(kind, family, b), vectors_in, k, where, merged, min_similarity)
@@ -618,6 +718,37 @@ class ChromaView:
                 ]
             )
         return out
+
+    def _query_index(
+        self,
+        index: Any,
+        col: Any,
+        name: str,
+        vectors: np.ndarray,
+        k: int,
+        where: dict[str, Any],
+        merged: list[list[tuple[float, str, Any, Any]]],
+    ) -> None:
+        """One bucket of a purpose query through its purpose index: the index gives ids and distances,
+        step collection `name` (or the record cache) the records; appends to `merged`."""
+        res = index.query(query_embeddings=vectors, n_results=k, include=["distances"])
+        wanted = list(dict.fromkeys(rid for row in res["ids"] for rid in row))
+        if self.records is not None:
+            entries = self.cached_records(col, name, wanted)
+        else:
+            entries = {}
+            for sl in self._chunks(len(wanted)):
+                got = col.get(ids=wanted[sl], include=["metadatas", "embeddings"])
+                for rid, meta, vec in zip(got["ids"], got["metadatas"], got["embeddings"]):
+                    entries[rid] = CachedRecord(
+                        from_chroma(meta), np.asarray(vec, dtype=np.float32), name, int(meta.get(self.jkey, -1))
+                    )
+        for qi, (ids, dists) in enumerate(zip(res["ids"], res["distances"])):
+            merged[qi] += [
+                (float(d), rid, entries[rid].record, entries[rid].vector)
+                for rid, d in zip(ids, dists)
+                if rid in entries and matches(entries[rid].record, where)
+            ]
 
     def _query_cached(
         self,
