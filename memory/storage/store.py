@@ -478,19 +478,15 @@ class ChromaView:
         in_place: dict[str, list[AnyRecord]] = {}
         moves: list[tuple[Located, AnyRecord]] = []
         changes = [(loc, self.own(new)) for loc, new in changes]
+        repurposed: list[tuple[Located, AnyRecord]] = []
         for loc, new in changes:
             target = self.name_of(new.kind, new.family, bucket_of(new))
             if target == loc.collection:
                 in_place.setdefault(target, []).append(new)
+                if isinstance(new, StepRecord) and getattr(loc.record, "purpose", None) != new.purpose:
+                    repurposed.append((loc, new))
             else:
                 moves.append((loc, new))
-        repurposed = [
-            (loc, new)
-            for loc, new in changes
-            if isinstance(new, StepRecord)
-            and loc.collection == self.name_of(new.kind, new.family, bucket_of(new))
-            and getattr(loc.record, "purpose", None) != new.purpose
-        ]
         for name, recs in in_place.items():
             col = self._collection(name, create=False)
             metas = []
@@ -733,16 +729,7 @@ class ChromaView:
         step collection `name` (or the record cache) the records; appends to `merged`."""
         res = index.query(query_embeddings=vectors, n_results=k, include=["distances"])
         wanted = list(dict.fromkeys(rid for row in res["ids"] for rid in row))
-        if self.records is not None:
-            entries = self.cached_records(col, name, wanted)
-        else:
-            entries = {}
-            for sl in self._chunks(len(wanted)):
-                got = col.get(ids=wanted[sl], include=["metadatas", "embeddings"])
-                for rid, meta, vec in zip(got["ids"], got["metadatas"], got["embeddings"]):
-                    entries[rid] = CachedRecord(
-                        from_chroma(meta), np.asarray(vec, dtype=np.float32), name, int(meta.get(self.jkey, -1))
-                    )
+        entries = self.cached_records(col, name, wanted) if self.records is not None else self._read(col, name, wanted)
         for qi, (ids, dists) in enumerate(zip(res["ids"], res["distances"])):
             merged[qi] += [
                 (float(d), rid, entries[rid].record, entries[rid].vector)
@@ -800,16 +787,22 @@ class ChromaView:
         found, missing = self.records.get_many(ids)
         if missing:
             generation = self.records.generation
-            fresh: dict[str, CachedRecord] = {}
-            for sl in self._chunks(len(missing)):
-                got = col.get(ids=missing[sl], include=["metadatas", "embeddings"])
-                for rid, meta, vec in zip(got["ids"], got["metadatas"], got["embeddings"]):
-                    fresh[rid] = CachedRecord(
-                        from_chroma(meta), np.asarray(vec, dtype=np.float32), name, int(meta.get(self.jkey, -1))
-                    )
+            fresh = self._read(col, name, missing)
             self.records.fill(fresh, generation)
             found.update(fresh)
         return found
+
+    def _read(self, col: Any, name: str, ids: list[str]) -> dict[str, CachedRecord]:
+        """The records of `ids` in collection `name` with their vectors, read from Chroma by id
+        (ids no longer stored are left out)."""
+        out: dict[str, CachedRecord] = {}
+        for sl in self._chunks(len(ids)):
+            got = col.get(ids=ids[sl], include=["metadatas", "embeddings"])
+            for rid, meta, vec in zip(got["ids"], got["metadatas"], got["embeddings"]):
+                out[rid] = CachedRecord(
+                    from_chroma(meta), np.asarray(vec, dtype=np.float32), name, int(meta.get(self.jkey, -1))
+                )
+        return out
 
     def nearest_similarity(self, kind: str, family: str, embeddings: np.ndarray) -> list[float | None]:
         """For each vector, the highest cosine similarity to any stored record of `kind`/`family`."""
