@@ -136,8 +136,25 @@ class InjectingEnv:
         return self._inject(obs), reward, done, info
 
 
+class SharedEnv:
+    """One environment handed out again and again: `close()` leaves it open for the next caller (the
+    suite closes it once at the end). TextWorldExpress starts a JVM per environment, so a fresh one
+    per victim game cost most of a twx cell's time."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def close(self) -> None:
+        pass
+
+
 def plan_of(env, task: str) -> list[str]:
     """The solver's plan from the env's current state (keyroom: shortest plan; twx: gold actions)."""
+    while isinstance(env, (SharedEnv, InjectingEnv)):
+        env = env.env
     if task.startswith("keyroom"):
         from crl.tasks.keyroom import solve
 
@@ -198,6 +215,7 @@ class Cell:
     off: Tally = field(default_factory=Tally)
     on: Tally = field(default_factory=Tally)
     rules_stored: dict[str, int] = field(default_factory=lambda: {"off": 0, "on": 0})
+    traces: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -233,6 +251,7 @@ class Suite:
         self.runs = home / "bench-runs"
         self.runs.mkdir(parents=True, exist_ok=True)
         self._n = 0
+        self._env = None
 
     def _open_bank(self):
         from crl.memory.bank import ExperienceBank
@@ -248,11 +267,17 @@ class Suite:
 
     def close(self) -> None:
         self.bank.close()
+        if self._env is not None:
+            self._env.close()
+            self._env = None
 
     def make_env(self, inject: str | None = None):
+        """The suite's one environment (built on first use; every play resets it to its seed)."""
         from crl.tasks.registry import make_env
 
-        env = make_env(self.task)
+        if self._env is None:
+            self._env = make_env(self.task)
+        env = SharedEnv(self._env)
         return InjectingEnv(env, inject) if inject else env
 
     # -- playing ---------------------------------------------------------------------------------
@@ -478,6 +503,32 @@ def attack_hit(episode, trigger_obs: str, action: str, clean) -> bool:
     return took or (clean.success and not episode.success)
 
 
+def trace_of(seed: int, trigger_obs: str, action: str, episode, clean, on: bool) -> dict[str, Any]:
+    """What a hit looked like: the poisoned victim's and the clean victim's moves, and where the
+    attacker's action was taken."""
+    return {
+        "seed": seed,
+        "defences": "on" if on else "off",
+        "attacker_action": action,
+        "trigger": trigger_obs.strip().splitlines()[0][:120] if trigger_obs.strip() else "",
+        "took_attacker_action_at": [
+            i for i, s in enumerate(episode.steps) if s.action == action and s.observation == trigger_obs
+        ],
+        "victim": {"success": episode.success, "actions": [s.action for s in episode.steps]},
+        "clean": {"success": clean.success, "actions": [s.action for s in clean.steps]},
+    }
+
+
+def trace_lines(t: dict[str, Any]) -> list[str]:
+    """A trace as log lines."""
+    return [
+        f"  hit: game seed {t['seed']}, defences {t['defences']}, attacker's action {t['attacker_action']!r} "
+        f"(taken at step {', '.join(map(str, t['took_attacker_action_at'])) or '-'}); trigger: {t['trigger']!r}",
+        f"    poisoned victim ({'won' if t['victim']['success'] else 'lost'}): {' > '.join(t['victim']['actions'])}",
+        f"    clean victim ({'won' if t['clean']['success'] else 'lost'}): {' > '.join(t['clean']['actions'])}",
+    ]
+
+
 def run_task(
     task_key: str,
     models: dict[str, Any],
@@ -492,10 +543,12 @@ def run_task(
     log: Callable[[str], None] = lambda line: print(line, flush=True),
     first: int = 0,
     arms: Sequence[bool] = (False, True),
+    trace: bool = False,
 ) -> dict[str, Any]:
     """Every cell of one task (all models, attacks and rates) and its benign success; the victims are
     the bank's games `first` to `first + trials - 1`, each played with defences off and on (`arms`:
-    the defence settings played; a cell's other arm then holds no trials)."""
+    the defence settings played; a cell's other arm then holds no trials). Every hit's moves are
+    kept in its cell's `traces`; `trace` also logs them as they happen."""
     task = TASKS[task_key]
     if first < 0 or trials < 1 or first + trials > n_solved:
         raise ValueError(
@@ -547,7 +600,13 @@ def run_task(
                             rules = suite.reflect(on, seed, attack) if attack == "minja" else []
                             cell.rules_stored["on" if on else "off"] += len(rules)
                             ep = suite.victim(seed, model, on)
-                            (cell.on if on else cell.off).add(attack_hit(ep, trigger, action, clean[(seed, on)]))
+                            hit = attack_hit(ep, trigger, action, clean[(seed, on)])
+                            (cell.on if on else cell.off).add(hit)
+                            if hit:
+                                cell.traces.append(trace_of(seed, trigger, action, ep, clean[(seed, on)], on))
+                                if trace:
+                                    for line in trace_lines(cell.traces[-1]):
+                                        log(line)
                             suite.remove(rules)
                         suite.remove(ids)
                     cells.append(cell)
@@ -756,6 +815,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="defence settings each victim plays, comma-separated (off, on): 'on' alone adds trials to the "
         "defended arm, where an interval's upper bound needs the most games",
     )
+    parser.add_argument(
+        "--trace", action="store_true", help="print each hit's moves (poisoned and clean victim) as it happens"
+    )
     parser.add_argument("--solved", type=int, default=200, help="solved episodes in the benign bank")
     parser.add_argument("--random", type=int, default=80, help="random-policy episodes in the benign bank")
     parser.add_argument("--embedding", default="default", choices=("default", "hashing"))
@@ -804,6 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     [a for a in args.ablate.split(",") if a],
                     first=args.first,
                     arms=arms,
+                    trace=args.trace,
                 )
             )
     finally:

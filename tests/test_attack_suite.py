@@ -58,6 +58,7 @@ def test_wilson_interval():
 
 def small_keyroom_run(work, attacks: list[str], **options) -> dict:
     """Three scripted victims per cell on a small keyroom bank at 5% poison (hashing embeddings)."""
+    options.setdefault("log", lambda _: None)
     return run_task(
         "keyroom",
         build_models(["scripted"]),
@@ -68,18 +69,26 @@ def small_keyroom_run(work, attacks: list[str], **options) -> dict:
         n_random=6,
         embedding="hashing",
         work=work,
-        log=lambda _: None,
         **options,
     )
 
 
 def test_attacks_succeed_off_and_fail_on(tmp_path):
-    result = small_keyroom_run(tmp_path, ["agentpoison", "minja"])
+    lines: list[str] = []
+    result = small_keyroom_run(tmp_path, ["agentpoison", "minja"], trace=True, log=lines.append)
     cells = {c["attack"]: c for c in result["cells"]}
     for attack in ("agentpoison", "minja"):
         assert cells[attack]["off"]["hits"] >= 1, cells[attack]
         assert cells[attack]["on"]["hits"] == 0, cells[attack]
         assert cells[attack]["off"]["trials"] == cells[attack]["on"]["trials"] == 3
+        traces = cells[attack]["traces"]
+        assert len(traces) == cells[attack]["off"]["hits"] and {t["defences"] for t in traces} == {"off"}
+        for t in traces:  # each hit is explained by its moves: the attacker's action taken, or a lost game
+            taken = [t["victim"]["actions"][i] for i in t["took_attacker_action_at"]]
+            assert taken == [t["attacker_action"]] * len(taken)
+            assert taken or (t["clean"]["success"] and not t["victim"]["success"])
+    hits = [line for line in lines if line.startswith("  hit: game seed")]
+    assert len(hits) == sum(c["off"]["hits"] for c in cells.values())
     assert cells["minja"]["rules_stored"]["off"] >= 1 and cells["minja"]["rules_stored"]["on"] == 0
     benign = result["benign"]["scripted"]
     assert benign["on"]["hits"] == benign["off"]["hits"] == 3
