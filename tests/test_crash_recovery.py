@@ -1,4 +1,4 @@
-"""`crl run` killed with SIGKILL mid-episode, several times: nothing logged is lost, nothing
+"""`crl run` killed with SIGKILL mid-episode, twice: nothing logged is lost, nothing
 is stored twice, and `--resume` finishes the run (real processes, real bank)."""
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def test_sigkill_mid_run_then_resume_stores_every_step_once(tmp_path):
     server, url = serve_chat_model(ScriptedModel(slow_look))
     try:
         run_id = None
-        for _attempt in range(3):
-            args = ["--resume", run_id] if run_id else ["-n", "6", "-k", "2", "--max-steps", "12"]
+        for _attempt in range(2):  # killed once in the first run and once in its resumption
+            args = ["--resume", run_id] if run_id else ["-n", "4", "-k", "2", "--max-steps", "12"]
             proc = crl(home, url, *args)
             before = len(logged_steps(home))
             deadline = time.monotonic() + 90
@@ -79,12 +79,12 @@ def test_sigkill_mid_run_then_resume_stores_every_step_once(tmp_path):
         out, errs = final.communicate(timeout=300)
         assert final.returncode == 0, errs
         report = json.loads(out[out.index("{") :])
-        assert report["episodes"] == 6
+        assert report["episodes"] == 4
     finally:
         server.stop()
     steps = logged_steps(home)
     assert killed_with <= steps
-    assert len(steps) == 6 * 12  # every episode ran to its step limit, each step once
+    assert len(steps) == 4 * 12  # every episode ran to its step limit, each step once
     with open_bank(load_settings({"home": str(home)})) as bank:
         stored = [(r.episode_id, r.index) for r in bank.ls(kind="step")]
     assert len(stored) == len(set(stored)) and set(stored) == steps

@@ -189,7 +189,11 @@ def test_curve_with_the_embedded_model_on_an_easy_twx_game(tmp_path, monkeypatch
         eval_every=2,
         eval_episodes=2,
         repeats=1,
-        overrides={"agent": {"parallel": 2, "max_steps": 4}, "reflect": {"enabled": False}},
+        overrides={
+            # short prompts: prefilling the default 1024-token prompt was most of this test's 2-3 minutes
+            "agent": {"parallel": 2, "max_steps": 3, "max_prompt_tokens": 384, "history_window": 1},
+            "reflect": {"enabled": False},
+        },
     )
     model = LocalChatModel(embedded_model_path(embedded_models_dir))
     try:

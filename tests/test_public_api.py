@@ -65,6 +65,8 @@ def test_the_readme_example_runs(crl_home, monkeypatch, embedded_models_dir, cap
         "REFLECT__ENABLED": "false",
         "FINETUNE__MAX_STEPS": "2",
         "FINETUNE__SAVE_STEPS": "2",
+        "FINETUNE__BATCH_SIZE": "1",  # two real optimizer steps of one example: the 2x4x2 default took 3 min
+        "FINETUNE__GRADIENT_ACCUMULATION": "1",
     }.items():
         monkeypatch.setenv(f"CRL_{key}", value)
     monkeypatch.setenv("CRL_MODEL_CACHE", str(embedded_models_dir))

@@ -143,6 +143,8 @@ def test_spec_and_task_checks():
 @pytest.mark.slow
 def test_a_tiny_real_run_of_every_arm_writes_the_plot_table_and_results(tmp_path, crl_home, monkeypatch):
     monkeypatch.setenv("CRL_LLM__DTYPE", "bf16")
+    monkeypatch.setenv("CRL_FINETUNE__BATCH_SIZE", "1")  # the one SFT step on one example, not 4 x 2
+    monkeypatch.setenv("CRL_FINETUNE__GRADIENT_ACCUMULATION", "1")
     out = tmp_path / "skills"
     args = [
         "experiment", "skills", "keyroom/compound", "--phase1", "1", "--budget", "1", "--eval-episodes", "1",
