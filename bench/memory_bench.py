@@ -38,6 +38,7 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,6 +55,7 @@ from crl.memory.config import MemoryConfig  # noqa: E402
 from crl.memory.ingest import EpisodeTags, build_records, step_texts  # noqa: E402
 from crl.memory.purpose import purpose_now, reached_subgoals  # noqa: E402
 from crl.memory.records import StepRecord, step_record_id  # noqa: E402
+from crl.memory.retrieval.config import RetrievalConfig  # noqa: E402
 from crl.memory.retrieval.retriever import RetrievalQuery, Retriever  # noqa: E402
 from crl.memory.storage.embeddings import (  # noqa: E402
     CachedEmbedding,
@@ -380,9 +382,15 @@ def stored_states(minilm: SentenceTransformerEmbedding, n_episodes: int, seed: i
 
 
 def bench_read_path(
-    n: int, minilm: SentenceTransformerEmbedding, n_queries: int, seed: int, stored: tuple[list[Episode], dict]
+    n: int,
+    minilm: SentenceTransformerEmbedding,
+    n_queries: int,
+    seed: int,
+    stored: tuple[list[Episode], dict],
+    query_threads: Sequence[int] = (RetrievalConfig().query_threads,),
 ) -> dict:
-    """The retriever's whole read path on a bank of `n` keyroom steps (see part 4)."""
+    """The retriever's whole read path on a bank of `n` keyroom steps (see part 4), once per
+    `retrieval.query_threads` value in `query_threads` (case names then say which)."""
     rng = np.random.default_rng(seed)
     stored_episodes, vectors = stored
     _, queries = play_keyroom_states(max(8, n_queries // 6), seed0=50_000 + seed)
@@ -396,12 +404,13 @@ def bench_read_path(
         for start in range(0, len(records), 5000):
             bank.view.put(records[start : start + 5000], matrix[start : start + 5000], None)
         out["load_s"] = time.perf_counter() - t
-        retriever = Retriever(bank, seed=seed)
         cache = bank.embedder
         assert isinstance(cache, CachedEmbedding)
         for q in queries[:5]:  # warm Chroma's index
-            retriever.retrieve([q])
-        for parallel in (1, 8):
+            Retriever(bank, seed=seed).retrieve([q])
+        cases = [(parallel, threads) for threads in query_threads for parallel in (1, 8)]
+        for parallel, threads in cases:
+            retriever = Retriever(bank, RetrievalConfig(query_threads=threads), seed=seed)
             batches = [queries[i : i + parallel] for i in range(0, len(queries) - parallel + 1, parallel)]
             for mode in ("cold", "warm"):
                 timings = []
@@ -419,7 +428,9 @@ def bench_read_path(
                     after = bank.view.records.stats()
                     hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
                     row["record_cache_hit_rate"] = hits / max(1, hits + misses)
-                out[f"parallel {parallel}, {mode} cache"] = row
+                name = f"parallel {parallel}, {mode} cache"
+                out[name if len(query_threads) == 1 else f"{name}, {threads} thread{'s' * (threads > 1)}"] = row
+            retriever.fanout.close()
         bank.close()
     return out
 
@@ -500,6 +511,11 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200, help="queries per case in the scale part")
     ap.add_argument("--episodes", type=int, default=40, help="keyroom episodes for the ingest part")
     ap.add_argument("--read-sizes", default="10000,100000", help="records in one family for the read-path part")
+    ap.add_argument(
+        "--query-threads",
+        default=str(RetrievalConfig().query_threads),
+        help="retrieval.query_threads values the read-path part compares, e.g. 1,2",
+    )
     ap.add_argument("--read-queries", type=int, default=240, help="states retrieved per read-path case")
     ap.add_argument("--onnx", action="store_true", help="also measure an ONNX export of MiniLM (needs `onnx`)")
     ap.add_argument("--skip", default="", help="parts to leave out, e.g. 2,3")
@@ -508,6 +524,7 @@ def main() -> None:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     read_sizes = [int(s) for s in args.read_sizes.split(",") if s]
+    query_threads = [int(s) for s in args.query_threads.split(",") if s]
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.quick:
         sizes, args.queries, args.episodes = [min(s, 2000) for s in sizes[:1]], 30, 8
@@ -585,7 +602,7 @@ def main() -> None:
     stored = stored_states(minilm, 40 if args.quick else 200, args.seed) if "4" not in skip else None
     for n in [] if stored is None else read_sizes:
         t = time.perf_counter()
-        r = bench_read_path(n, minilm, args.read_queries, args.seed, stored)
+        r = bench_read_path(n, minilm, args.read_queries, args.seed, stored, query_threads)
         results["read_path"].append(r)
         print(
             f"\n[4] read path through Retriever.retrieve: {n} keyroom step records in one family "

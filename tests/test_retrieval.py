@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 
 from crl.memory.records import state_text
 from crl.memory.retrieval.config import RerankWeights, RetrievalConfig
+from crl.memory.retrieval.fanout import Fanout
 from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, mmr_select, rank, utility_advantage
 from crl.memory.retrieval.retriever import RetrievalQuery, Retriever
 from tests.retrieval_fixtures import (  # noqa: F401  (fixtures)
@@ -240,6 +242,54 @@ def test_one_embedding_call_serves_a_batch_of_queries(tmp_path):
         assert set(retriever.last_timing) == {"embed_ms", "bank_ms", "rank_ms", "total_ms"}
     finally:
         bank.close()
+
+
+def test_reads_on_threads_give_the_packs_sequential_reads_give(bank, monkeypatch):
+    _fill(bank)
+    _fill(bank, run="r2", n=5, hall=HALL + " A draught.")
+    bank.add_rule("Take the key as soon as you see it.", scope="keyroom")
+    adm = ["take brass key", "look", "go north"]
+    queries = [_query(observation=HALL + s, admissible=adm) for s in ("", " A draught.", " Dust.")]
+    callers: set[str] = set()
+    real_query = bank.view.query
+
+    def query(*args, **kwargs):
+        callers.add(threading.current_thread().name)
+        return real_query(*args, **kwargs)
+
+    monkeypatch.setattr(bank.view, "query", query)
+
+    def packs(threads: int) -> list[dict]:
+        retriever = Retriever(bank, RetrievalConfig(epsilon=0.0, query_threads=threads), seed=3)
+        try:
+            return [
+                {**p.to_dict(), "values": {a: v.value for a, v in p.action_values.items()}}
+                for p in retriever.retrieve(queries)
+            ]
+        finally:
+            retriever.fanout.close()
+
+    sequential = packs(1)
+    assert callers == {threading.current_thread().name}
+    callers.clear()
+    threaded = packs(3)
+    assert threaded == sequential and any(p["values"] for p in threaded)
+    assert any(name.startswith("crl-retrieval") for name in callers)
+
+
+def test_fanout_keeps_order_and_raises_what_a_call_raised():
+    fanout = Fanout(3)
+    try:
+        assert fanout.run([lambda i=i: i * i for i in range(5)]) == [0, 1, 4, 9, 16]
+
+        def broken():
+            raise KeyError("gone")
+
+        with pytest.raises(KeyError, match="gone"):
+            fanout.run([lambda: 1, broken, lambda: 3])
+        assert Fanout(1).run([threading.current_thread]) == [threading.current_thread()]
+    finally:
+        fanout.close()
 
 
 def test_query_uses_the_same_history_window_as_stored_steps(bank):

@@ -89,6 +89,12 @@ class RetrievalConfig(BaseModel):
         ge=1,
         description="Candidates per query and kind, best by embedding similarity, that the cross-encoder scores.",
     )
+    query_threads: int = Field(
+        2,
+        ge=1,
+        description="Threads that run one decision's independent bank reads (success and failure episodes, "
+        "steps, rules) at the same time; 1 runs them one after another.",
+    )
     ec_neighbours: int = Field(
         20, ge=1, description="Episodic control: nearest stored steps of the family that vote on action values."
     )

@@ -6,7 +6,8 @@
 
 One call per lock-step serves all K parallel episodes: one embedding call for the K query
 states (built with `state_text`, exactly as stored steps were embedded), then per task
-family one batched Chroma query per kind and outcome. Candidates come only from the
+family one batched Chroma query per kind and outcome (the independent ones at the same time on
+`query_threads` threads, `memory.retrieval.fanout`). Candidates come only from the
 query's family and never from quarantine. Each kind's pool (`pool`, default 50) is reranked
 (`memory.rerank`: similarity, outcome, utility, value, recency, then MMR), and with
 probability epsilon one slot goes to a novel or rarely used memory. Successes and failures
@@ -54,6 +55,7 @@ from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.credit import family_success_rate
 from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, relevance
 from crl.memory.retrieval.episodic_control import ActionValue, action_values
+from crl.memory.retrieval.fanout import Fanout
 from crl.memory.retrieval.influence import claims_success, counts_as_success
 from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, rank
 from crl.memory.storage.store import Hit, Located, bucket_of
@@ -299,6 +301,7 @@ class Retriever:
         self._cross_encoder = cross_encoder
         self.last_timing: dict[str, float] = {}
         self._scrub_memo: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+        self.fanout = Fanout(self.config.query_threads)
 
     @property
     def cross_encoder(self) -> Any:
@@ -434,18 +437,27 @@ class Retriever:
             return [[h for h in row if h.record.outcome == outcome] for row in rows]
 
         k_steps = max(pool if cfg.k_hints else 0, cfg.ec_neighbours if valuing else 0)
-        steps = (
-            past_untrusted(
+
+        def nearest_steps() -> list[list[Hit]]:
+            if not k_steps:
+                return empty
+            return past_untrusted(
                 lambda n: bank.query_steps(family, embeddings=vectors, k=n, with_embeddings=mmr and wide_k["hints"]),
                 k_steps,
                 trusted,
             )
-            if k_steps
-            else empty
+
+        steps, successes, failures, rules = self.fanout.run(
+            [
+                nearest_steps,
+                lambda: episodes("success", cfg.k_success, "successes"),
+                lambda: episodes("failure", cfg.k_failure, "failures"),
+                lambda: rule_hits(bank, family, vectors, pool, games) if cfg.k_rules else empty,
+            ]
         )
         by_slot = {
-            "successes": episodes("success", cfg.k_success, "successes"),
-            "failures": episodes("failure", cfg.k_failure, "failures"),
+            "successes": successes,
+            "failures": failures,
             "hints": [
                 [
                     h
@@ -456,7 +468,7 @@ class Retriever:
             ]
             if cfg.k_hints
             else empty,
-            "rules": rule_hits(bank, family, vectors, pool, games) if cfg.k_rules else empty,
+            "rules": rules,
         }
         wide = [slot for slot, is_wide in wide_k.items() if is_wide and slot != "rules"]
         diverse = [h for slot in wide for row in by_slot[slot] for h in row]
