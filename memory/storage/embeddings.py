@@ -22,6 +22,7 @@ ingested, and a deterministic game's revisited states are embedded once.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -38,6 +39,8 @@ from chromadb.utils.embedding_functions.sentence_transformer_embedding_function 
 
 from crl.memory.config import DEFAULT_EMBEDDING_MODEL, MemoryConfig
 from crl.memory.errors import BankError
+
+logger = logging.getLogger(__name__)
 
 LEGACY_SENTENCE_TRANSFORMER_NAME = "crl-sentence-transformers"
 
@@ -123,23 +126,57 @@ class SentenceTransformerEmbedding(SentenceTransformerEmbeddingFunction):
     """
 
     def __init__(
-        self, model: str = DEFAULT_EMBEDDING_MODEL, device: str = "cpu", batch_size: int = 64, threads: int = 1
+        self,
+        model: str = DEFAULT_EMBEDDING_MODEL,
+        device: str = "cpu",
+        batch_size: int = 64,
+        threads: int = 1,
+        runtime: str = "auto",
+        onnx_dir: str | Path | None = None,
     ):
+        if runtime not in ("auto", "torch", "onnx"):
+            raise ValueError(f"embedding runtime must be 'auto', 'torch' or 'onnx', not {runtime!r}")
         self.model_name = model
         self.device = device
         self.normalize_embeddings = True
         self.kwargs: dict[str, Any] = {}
         self.batch_size = batch_size
         self.threads = threads
+        self.runtime = runtime
+        self.onnx_dir = onnx_dir
         self._model: Any = None
+        self._onnx: Any = None
         self._load_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, config: MemoryConfig) -> SentenceTransformerEmbedding:
         """The embedding function `config` asks for."""
         return cls(
-            config.embedding_model, config.embedding_device, config.embedding_batch_size, config.embedding_threads
+            config.embedding_model,
+            config.embedding_device,
+            config.embedding_batch_size,
+            config.embedding_threads,
+            config.embedding_runtime,
+            config.embedding_onnx_dir,
         )
+
+    def _onnx_encoder(self) -> Any:
+        """The model on onnxruntime (`memory.storage.onnx_embedding`), exported on first use; None
+        where runtime 'auto' could not have it (the reason is logged once, torch runs instead)."""
+        model = self._loaded()
+        with self._load_lock:
+            if self._onnx is None:
+                from crl.memory.storage.onnx_embedding import OnnxExportError, OnnxSentenceEncoder, default_onnx_dir
+
+                folder = Path(self.onnx_dir) if self.onnx_dir else default_onnx_dir()
+                try:
+                    self._onnx = OnnxSentenceEncoder(model, resolve_model_path(self.model_name), folder, self.threads)
+                except (OnnxExportError, ImportError, OSError) as e:
+                    if self.runtime == "onnx":
+                        raise
+                    logger.warning("embedding on torch: the ONNX runtime is not available (%s)", e)
+                    self._onnx = False
+        return self._onnx or None
 
     def _loaded(self) -> Any:
         with self._load_lock:
@@ -160,6 +197,11 @@ class SentenceTransformerEmbedding(SentenceTransformerEmbeddingFunction):
         return f"sentence-transformers:{self.model_name}"
 
     @property
+    def runtime_in_use(self) -> str:
+        """'onnx' or 'torch': what ran the last `embed` ('torch' before the first)."""
+        return "onnx" if self._onnx else "torch"
+
+    @property
     def dim(self) -> int:
         """Length of the vectors."""
         model = self._loaded()
@@ -169,6 +211,9 @@ class SentenceTransformerEmbedding(SentenceTransformerEmbeddingFunction):
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        encoder = self._onnx_encoder() if self.runtime != "torch" and self.device == "cpu" else None
+        if encoder is not None:
+            return _unit_rows(encoder.encode(list(texts), self.batch_size))
         model = self._loaded()
         import torch
 
