@@ -166,12 +166,12 @@ class SentenceTransformerEmbedding(SentenceTransformerEmbeddingFunction):
         model = self._loaded()
         with self._load_lock:
             if self._onnx is None:
-                from crl.memory.storage.onnx_embedding import OnnxExportError, OnnxSentenceEncoder, default_onnx_dir
+                from crl.memory.storage.onnx_embedding import OnnxSentenceEncoder, default_onnx_dir
 
                 folder = Path(self.onnx_dir) if self.onnx_dir else default_onnx_dir()
                 try:
                     self._onnx = OnnxSentenceEncoder(model, resolve_model_path(self.model_name), folder, self.threads)
-                except (OnnxExportError, ImportError, OSError) as e:
+                except Exception as e:  # noqa: BLE001 - 'auto' falls back to torch whatever stopped the export
                     if self.runtime == "onnx":
                         raise
                     logger.warning("embedding on torch: the ONNX runtime is not available (%s)", e)
