@@ -18,6 +18,7 @@ as it would in a used data home; `--json FILE` writes the samples and the verdic
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -46,6 +47,38 @@ def rss_mb() -> float:
     return 0.0
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def heap_mb() -> dict[str, float]:
+    """glibc's view of the heap in MB: `in_use` (allocated from its arenas), `free` (held in the arenas
+    but unallocated: fragmentation), `mmapped` (large blocks mapped on their own, e.g. tensors); empty
+    where `mallinfo2` is missing. Tells a leak of small objects from fragmentation and from big buffers."""
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    fn.restype = _Mallinfo2
+    m = fn()
+    mb = 1024 * 1024
+    return {"in_use": m.uordblks / mb, "free": m.fordblks / mb, "mmapped": m.hblkhd / mb}
+
+
 def live_records() -> dict[str, int]:
     """How many objects of each tracked agent record type are alive now (after a collection)."""
     gc.collect()
@@ -61,6 +94,7 @@ class Sample:
     seconds: float
     rss_mb: float
     records: dict[str, int] = field(default_factory=dict)
+    heap: dict[str, float] = field(default_factory=heap_mb)
 
 
 @dataclass
@@ -129,7 +163,8 @@ class Sampler:
         if self.done % self.every == 0:
             self.samples.append(Sample(self.done, time.monotonic() - self.started, rss_mb(), live_records()))
             s = self.samples[-1]
-            print(f"  {s.episodes:>5} episodes  {s.seconds:>7.0f} s  {s.rss_mb:>7.0f} MB", flush=True)
+            heap = " ".join(f"{k} {v:.0f}" for k, v in s.heap.items())
+            print(f"  {s.episodes:>5} episodes  {s.seconds:>7.0f} s  {s.rss_mb:>7.0f} MB  heap MB: {heap}", flush=True)
         if self.limit_s is not None and time.monotonic() - self.started > self.limit_s:
             raise TimeUp(f"stopped after {self.done} episodes at the time limit")
 
@@ -208,7 +243,15 @@ def print_table(out: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"RSS over {out['episodes']} episodes of {out['task']} ({out['policy']}, {out['dtype']})")
-    for col in ("episodes", "seconds", "RSS MB", "vs warm-up end", "Steps alive", "Episodes alive"):
+    for col in (
+        "episodes",
+        "seconds",
+        "RSS MB",
+        "vs warm-up end",
+        "heap in use / free / mmapped MB",
+        "Steps alive",
+        "Episodes alive",
+    ):
         table.add_column(col, justify="right")
     base = out["verdict"]["base_mb"]
     for s in out["samples"]:
@@ -217,6 +260,7 @@ def print_table(out: dict) -> None:
             f"{s['seconds']:.0f}",
             f"{s['rss_mb']:.0f}",
             f"{s['rss_mb'] / base - 1:+.1%}" if base else "-",
+            " / ".join(f"{s['heap'][k]:.0f}" for k in ("in_use", "free", "mmapped")) if s.get("heap") else "-",
             str(s["records"].get("Step", 0)),
             str(s["records"].get("Episode", 0)),
         )
