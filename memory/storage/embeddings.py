@@ -163,6 +163,8 @@ class SentenceTransformerEmbedding(SentenceTransformerEmbeddingFunction):
     def _onnx_encoder(self) -> Any:
         """The model on onnxruntime (`memory.storage.onnx_embedding`), exported on first use; None
         where runtime 'auto' could not have it (the reason is logged once, torch runs instead)."""
+        if self._onnx is not None:
+            return self._onnx or None
         model = self._loaded()
         with self._load_lock:
             if self._onnx is None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from crl.cache_dirs import machine_cache_dir
 from crl.memory.errors import BankError
 
 MIN_COSINE = 0.99999
@@ -44,8 +45,7 @@ class OnnxExportError(BankError, RuntimeError):
 
 def default_onnx_dir() -> Path:
     """Where exports go unless `memory.embedding_onnx_dir` says otherwise."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "crl" / "onnx"
+    return machine_cache_dir("onnx")
 
 
 def pooling_mode(pooling: Any) -> str:
