@@ -353,8 +353,10 @@ class Suite:
 
     def step_records(self) -> int:
         """Searchable step records of the task's family now."""
+        from crl.memory.storage.store import SEARCH_BUCKETS
+
         family = self.task.split("/", 1)[0]
-        return sum(1 for _ in self.bank.view.scan("step", [family], ("ok", "fail")))
+        return sum(1 for _ in self.bank.view.scan("step", [family], SEARCH_BUCKETS))
 
     def advisor(self, defences: bool, model_policy: str = "posterior"):
         from crl.agent.advisor import MemoryAdvisor

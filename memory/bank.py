@@ -76,10 +76,10 @@ from crl.memory.storage.keeper import ViewKeeper
 from crl.memory.storage.locks import StoreLock
 from crl.memory.storage.namespaces import belongs, namespace_dir, run_namespace
 from crl.memory.storage.outage import Outage, ServerUnavailable
-from crl.memory.storage.store import BUCKETS, ChromaView, Hit, connect
+from crl.memory.storage.store import SEARCH_BUCKETS, SUCCESS_BUCKETS, ChromaView, Hit, buckets_for, connect
 from crl.memory.trajectory import Episode
 
-OUTCOME_BUCKETS = {None: ("ok", "fail"), "success": ("ok",), "failure": ("fail",)}
+OUTCOME_BUCKETS = {None: SEARCH_BUCKETS, "success": SUCCESS_BUCKETS, "failure": ("fail",)}
 SORTS = ("recency", "value", "use", "utility", "last_used")
 
 
@@ -521,6 +521,7 @@ class ExperienceBank(CurationMixin):
         with_embeddings: bool = False,
         where: dict[str, Any] | None = None,
         min_similarity: float | None = None,
+        verified_only: bool = False,
     ) -> list[list[Hit]]:
         if where_outcome not in OUTCOME_BUCKETS:
             raise ValueError(f"where_outcome must be 'success', 'failure' or None, not {where_outcome!r}")
@@ -528,9 +529,8 @@ class ExperienceBank(CurationMixin):
             if texts is None:
                 raise ValueError("pass texts or embeddings")
             embeddings = self.embed(texts)
-        hits = self.view.query(
-            kind, family, OUTCOME_BUCKETS[where_outcome], embeddings, k, with_embeddings, where, min_similarity
-        )
+        buckets = tuple(b for b in OUTCOME_BUCKETS[where_outcome] if not (verified_only and b == "u"))
+        hits = self.view.query(kind, family, buckets, embeddings, k, with_embeddings, where, min_similarity)
         if not exclude_quarantine:
             extra = self.view.query(
                 kind, family, ("q",), embeddings, k * 4 if where_outcome else k, with_embeddings, where, min_similarity
@@ -555,6 +555,7 @@ class ExperienceBank(CurationMixin):
         with_embeddings: bool = False,
         purpose: str | None = None,
         min_similarity: float | None = None,
+        verified_only: bool = False,
     ) -> list[list[Hit]]:
         """The k stored steps nearest to each query state, batched: one list of hits per query.
 
@@ -569,6 +570,8 @@ class ExperienceBank(CurationMixin):
             purpose: only steps that worked toward this sub-goal (`memory.purpose`).
             min_similarity: steps less similar are not wanted (a row may then hold fewer than k),
                 which lets a purpose search stop early on a large bank.
+            verified_only: leave out steps of episodes that claim a success nobody verified (their
+                own bucket, `u`, is not searched at all).
         """
         where = {"purpose": purpose} if purpose else None
         return self._query(
@@ -582,6 +585,7 @@ class ExperienceBank(CurationMixin):
             with_embeddings,
             where,
             min_similarity,
+            verified_only,
         )
 
     def query_episodes(
@@ -593,9 +597,20 @@ class ExperienceBank(CurationMixin):
         exclude_quarantine: bool = True,
         embeddings: np.ndarray | None = None,
         with_embeddings: bool = False,
+        verified_only: bool = False,
     ) -> list[list[Hit]]:
         """The k stored episodes whose first state is nearest to each query (as `query_steps`)."""
-        return self._query("episode", family, texts, embeddings, k, where_outcome, exclude_quarantine, with_embeddings)
+        return self._query(
+            "episode",
+            family,
+            texts,
+            embeddings,
+            k,
+            where_outcome,
+            exclude_quarantine,
+            with_embeddings,
+            verified_only=verified_only,
+        )
 
     def search(
         self,
@@ -683,15 +698,7 @@ class ExperienceBank(CurationMixin):
             raise ValueError(f"kind must be one of {', '.join(KINDS)}")
         if sort not in SORTS:
             raise ValueError(f"sort must be one of {', '.join(SORTS)}")
-        buckets = BUCKETS
-        if tier == "quarantine":
-            buckets = ("q",)
-        elif tier is not None:
-            buckets = ("ok", "fail")
-        if outcome == "success":
-            buckets = tuple(b for b in buckets if b != "fail")
-        elif outcome in ("failure", "unfinished"):
-            buckets = tuple(b for b in buckets if b != "ok")
+        buckets = buckets_for(tier, outcome)
         families = [family] if family and kind != "rule" else None
         out: list[AnyRecord] = []
         for record, _ in self.view.scan(kind, families, buckets):

@@ -42,7 +42,7 @@ from crl.memory.records import (
 )
 from crl.memory.results import ImportReport, RebuildReport, parse_time
 from crl.memory.storage.outage import ServerUnavailable
-from crl.memory.storage.store import BUCKETS, Hit
+from crl.memory.storage.store import BUCKETS, SEARCH_BUCKETS, Hit
 from crl.memory.storage.transfer import MAX_REPORTED_ERRORS, ImportValidationError, read_import, write_export
 
 
@@ -310,7 +310,7 @@ class CurationMixin:
     def plan_eviction(self, family: str | None = None) -> list[EvictionCandidate]:
         """What `evict` would remove now, lowest keep-score first."""
         families = [family] if family else None
-        episodes = [r for r, _ in self.view.scan("episode", families, ("ok", "fail"))]
+        episodes = [r for r, _ in self.view.scan("episode", families, SEARCH_BUCKETS)]
         return plan_eviction(
             episodes,  # type: ignore[arg-type]
             self.config.capacity_per_family,
@@ -330,7 +330,7 @@ class CurationMixin:
         return plan
 
     def _auto_evict(self, family: str, actor: str | None) -> None:
-        if self.view.count("episode", family, ("ok", "fail")) > self.config.capacity_per_family:
+        if self.view.count("episode", family, SEARCH_BUCKETS) > self.config.capacity_per_family:
             self.evict(family=family, actor=actor)
 
     def export(
@@ -342,7 +342,7 @@ class CurationMixin:
     ) -> int:
         """Write this namespace's records to a JSONL file (lossless: `import_file` restores them), each
         labelled with the namespace; returns the count."""
-        buckets = BUCKETS if include_quarantine else ("ok", "fail")
+        buckets = BUCKETS if include_quarantine else SEARCH_BUCKETS
         records: list[AnyRecord] = []
         for kind in kinds:
             for record, _ in self.view.scan(

@@ -281,6 +281,67 @@ def test_queries_are_widened_past_unverified_claims():
     assert len(past_untrusted(fetch, 10, lambda record: True)[0]) == 10 and asked == [10]
 
 
+def test_unverified_success_claims_live_in_a_bucket_of_their_own():
+    from crl.memory.storage.store import bucket_of
+
+    claim = imported(step_record("f1", 0, "drop key", length=1))
+    assert bucket_of(claim) == "u"
+    assert bucket_of(verified(step_record("e1", 0, "take brass key"))) == "ok"
+    assert bucket_of(verified(step_record("c1", 0, "look"), by="curator:ann")) == "ok"
+    assert bucket_of(imported(step_record("f2", 0, "look", outcome="failure"))) == "fail"
+    assert bucket_of(claim.model_copy(update={"tier": "quarantine"})) == "q"
+
+
+def test_a_defended_retrieval_never_searches_the_unverified_claims(bank, tmp_path):
+    bank.ingest_episode(episode("r1", 0, ["take brass key"], True, observations=[HALL]))
+    ids = forged_import(bank, tmp_path, actions=("drop key",) * 3)
+    names = set(bank.view.collection_names())
+    assert {bank.view.name_of("episode", "keyroom", "u"), bank.view.name_of("step", "keyroom", "u")} <= names
+    located = bank.view.locate(ids)
+    assert located and all(loc.collection.endswith("-u") for loc in located.values())
+    searched: list[tuple[str, ...]] = []
+    query = bank.view.query
+
+    def spy(kind, family, buckets, *args, **kwargs):
+        searched.append(tuple(buckets))
+        return query(kind, family, buckets, *args, **kwargs)
+
+    bank.view.query = spy
+    q = RetrievalQuery("keyroom", "keyroom/key", GOAL, HALL, admissible=["take brass key", "drop key"])
+    Retriever(bank, ON).retrieve([q])
+    assert searched and all("u" not in b for b in searched)
+    searched.clear()
+    off = Retriever(bank, OFF).retrieve([q])[0]
+    assert any("u" in b for b in searched) and "drop key" in off.action_values
+    bank.view.query = query
+    assert len(bank.ls(kind="episode", outcome="success")) == 2
+    bank.review(ids, "accept", actor="ann")
+    bank.flush()
+    assert all(loc.collection.endswith("-ok") for loc in bank.view.locate(ids).values())
+
+
+def test_a_view_of_layout_2_is_rebuilt_with_the_claims_moved_out_of_the_ok_bucket(tmp_path):
+    bank = open_test_bank(tmp_path)
+    bank.ingest_episode(episode("r1", 0, ["take brass key"], True, observations=[HALL]))
+    ids = forged_import(bank, tmp_path)
+    view = bank.view
+    for kind in ("episode", "step"):
+        u = view.client.get_collection(view.name_of(kind, "keyroom", "u"))
+        got = u.get(include=["metadatas", "documents", "embeddings"])
+        view.client.get_collection(view.name_of(kind, "keyroom", "ok")).add(
+            ids=got["ids"], metadatas=got["metadatas"], documents=got["documents"], embeddings=got["embeddings"]
+        )
+        view.client.delete_collection(u.name)
+    meta = view._collection(view.meta_name, create=False)
+    meta.modify(metadata={**(meta.metadata or {}), "layout": 2})
+    bank.close()
+    again = open_test_bank(tmp_path)
+    assert any("unverified success claims in a bucket of their own" in w for w in again.warnings)
+    assert all(loc.collection.endswith("-u") for loc in again.view.locate(ids).values())
+    assert again.view.count("step", "keyroom", ("ok",)) == 1
+    again.close()
+
+
 def test_the_value_line_counts_only_verified_votes_with_the_defences_on():
     crowd = [(imported(step_record(f"f{i:02d}", 0, "drop key", length=1)), 1.0) for i in range(5)]
     real = (verified(step_record("e1", 0, "drop key", outcome="failure", length=1)), 1.0)

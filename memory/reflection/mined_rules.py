@@ -38,6 +38,7 @@ from crl.memory.reflection.mining_stats import (
     ordering_candidates,
     precondition_candidates,
 )
+from crl.memory.storage.store import SEARCH_BUCKETS
 from crl.memory.trajectory import Episode
 from crl.prompts.untrusted import is_instruction_like
 
@@ -138,7 +139,7 @@ def mined_episodes(
     with `verified_only`, not the successes the environment did not verify (an import's claims)."""
     records = [
         r
-        for r, _ in bank.view.scan("episode", [family], ("ok", "fail"), documents=True)
+        for r, _ in bank.view.scan("episode", [family], SEARCH_BUCKETS, documents=True)
         if isinstance(r, EpisodeRecord) and reflectable(r, verified_only) and (include_synthetic or r.source == "real")
     ]
     records.sort(key=lambda r: (r.created_at, r.id))

@@ -51,6 +51,7 @@ from crl.memory.reflection.inputs import (
 )
 from crl.memory.reflection.rule_editor import EditResult, RuleChange, RuleEditor, RuleTarget, scope_key
 from crl.memory.reflection.rule_ops import ParsedReply, Rejected, content_words, parse_operations, ungrounded
+from crl.memory.storage.store import SEARCH_BUCKETS
 from crl.prompts.render import render
 from crl.prompts.untrusted import is_instruction_like, shared_words
 
@@ -322,7 +323,7 @@ class Reflector:
         families = [family] if family else None
         episodes = [
             r
-            for r, _ in self.bank.view.scan("episode", families, ("ok", "fail"))
+            for r, _ in self.bank.view.scan("episode", families, SEARCH_BUCKETS)
             if isinstance(r, EpisodeRecord)
             and reflectable(r, self.config.verified_only)
             and (since_run is None or r.run_id >= since_run)

@@ -28,9 +28,10 @@ verdict is cached, until the family's number of searchable steps changes.
 
 Poisoning defences (on unless `retrieval.defences = false`; `memory.retrieval.influence`): with
 `verified_only`, an episode or step that claims success without the environment having verified
-it is no success case and no hint (and does not vote in episodic control), and a query is widened
-past such claims (`past_untrusted`) so that a crowd of them cannot push out the experience that
-counts; with
+it is no success case and no hint (and does not vote in episodic control): such claims live in a
+bucket of their own (`u`, `memory.storage.store`) that these queries do not search, so a crowd of
+them can neither push out the experience that counts nor change what an approximate search finds
+near them; a query is still widened past any that reach it (`past_untrusted`); with
 `sanitise_memory`, the records of a pack come back with their instruction-like spans replaced
 (`scrubbed`), so no stored command reaches a prompt or the memory tools.
 
@@ -421,6 +422,7 @@ class Retriever:
         pool = min(cfg.pool, cfg.cross_encoder_pool) if cfg.rerank == "cross-encoder" else cfg.pool
 
         trusted = self._trusted()
+        verified_only = cfg.defence("verified_only")
         mmr = cfg.mmr_lambda < 1.0
         wide_k = {slot: k >= 2 for slot, k in slot_sizes(cfg).items()}  # MMR only reorders a pick of two or more
 
@@ -429,7 +431,12 @@ class Retriever:
                 return empty
             rows = past_untrusted(
                 lambda n: bank.query_episodes(
-                    family, embeddings=vectors, k=n, where_outcome=outcome, with_embeddings=mmr and wide_k[slot]
+                    family,
+                    embeddings=vectors,
+                    k=n,
+                    where_outcome=outcome,
+                    with_embeddings=mmr and wide_k[slot],
+                    verified_only=verified_only,
                 ),
                 pool,
                 trusted,
@@ -442,7 +449,13 @@ class Retriever:
             if not k_steps:
                 return empty
             return past_untrusted(
-                lambda n: bank.query_steps(family, embeddings=vectors, k=n, with_embeddings=mmr and wide_k["hints"]),
+                lambda n: bank.query_steps(
+                    family,
+                    embeddings=vectors,
+                    k=n,
+                    with_embeddings=mmr and wide_k["hints"],
+                    verified_only=verified_only,
+                ),
                 k_steps,
                 trusted,
             )
@@ -513,10 +526,16 @@ class Retriever:
                 else:
                     groups.setdefault((family, q.purpose), []).append(i)
         trusted = self._trusted()
+        verified_only = cfg.defence("verified_only")
         for (family, purpose), idx in groups.items():
             rows = past_untrusted(
                 lambda n, family=family, purpose=purpose, idx=idx: self.bank.query_steps(
-                    family, embeddings=vectors[idx], k=n, purpose=purpose, min_similarity=cfg.ec_min_similarity
+                    family,
+                    embeddings=vectors[idx],
+                    k=n,
+                    purpose=purpose,
+                    min_similarity=cfg.ec_min_similarity,
+                    verified_only=verified_only,
                 ),
                 k,
                 trusted,

@@ -21,7 +21,7 @@ from crl.memory.results import RebuildReport
 from crl.memory.storage.apply import EntrySkipped, Materializer, VectorCache
 from crl.memory.storage.journal import Journal, JournalEntry
 from crl.memory.storage.journal_state import JournalState
-from crl.memory.storage.store import LAYOUT, ChromaView, NewerSchemaError, StoreError
+from crl.memory.storage.store import LAYOUT, LAYOUT_CHANGES, ChromaView, NewerSchemaError, StoreError
 
 
 class ViewKeeper:
@@ -80,8 +80,10 @@ class ViewKeeper:
             self.rebuild_view(reuse_vectors=False)
             return
         self.view_id = meta["view_id"]
-        if int(meta.get("layout", 1)) < LAYOUT:
-            self.warnings.append(f"rebuilt the memory view in collection layout {LAYOUT} (purpose indexes)")
+        stamped = int(meta.get("layout", 1))
+        if stamped < LAYOUT:
+            new = "; ".join(LAYOUT_CHANGES[v] for v in range(stamped + 1, LAYOUT + 1))
+            self.warnings.append(f"rebuilt the memory view in collection layout {LAYOUT} ({new})")
             self.rebuild_view(reuse_vectors=True)
             return
         if self.view.legacy_collections():

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crl.memory.records import AnyRecord
-from crl.memory.storage.store import BUCKETS, ChromaView, from_chroma
+from crl.memory.storage.store import BUCKETS, SUCCESS_BUCKETS, ChromaView, buckets_for, from_chroma
 
 FLAT_SORTS = {"recency": "created_at", "value": "value", "use": "use_count", "utility": "utility"}
 SLICES = 6
@@ -58,16 +58,7 @@ def pageable(kind: str, sort: str, source: str | None = None, skill: str | None 
 
 def buckets_of(q: PageQuery) -> tuple[str, ...]:
     """The buckets that can hold records matching `q` (as `ExperienceBank.ls` picks them)."""
-    buckets = BUCKETS
-    if q.tier == "quarantine":
-        buckets = ("q",)
-    elif q.tier is not None:
-        buckets = ("ok", "fail")
-    if q.outcome == "success":
-        buckets = tuple(b for b in buckets if b != "fail")
-    elif q.outcome in ("failure", "unfinished"):
-        buckets = tuple(b for b in buckets if b != "ok")
-    return buckets
+    return buckets_for(q.tier, q.outcome)
 
 
 def where_of(q: PageQuery, bucket: str, bar: float | None = None, op: str = "$gte") -> dict[str, Any] | None:
@@ -78,7 +69,7 @@ def where_of(q: PageQuery, bucket: str, bar: float | None = None, op: str = "$gt
     clauses: list[dict[str, Any]] = []
     if q.tier is not None and bucket != "q":
         clauses.append({"tier": q.tier})
-    if q.outcome is not None and bucket != "ok":
+    if q.outcome is not None and bucket not in SUCCESS_BUCKETS:
         clauses.append({"outcome": q.outcome})
     if q.variant is not None:
         clauses.append({"variant": q.variant})

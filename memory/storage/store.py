@@ -5,12 +5,18 @@ slower than an unfiltered query, and the retriever filters every query by task f
 outcome. So the filters live in the layout instead: one collection per record kind, task
 family and bucket, where the bucket is
 
-    ok    records of successful episodes
+    ok    records of successful episodes whose success the environment verified (or a curator vouched
+          for: `records.counts_as_success`)
+    u     records that claim a success nobody verified (an import released from quarantine
+          without review): kept apart so that a retrieval that counts verified successes only
+          (`retrieval.defences` "verified_only") never searches them, and a crowd of them cannot
+          change which trusted neighbours an approximate (HNSW) search finds
     fail  records of failed or unfinished episodes
     q     quarantined records (never searched unless asked for)
 
 e.g. `crl-st-keyroom-ok`. A family + outcome query is then a plain k-NN query on one
-collection; an unfiltered one queries `ok` and `fail` and merges by distance. Rules are few
+collection (a success query asks `ok`, and `u` unless verified successes only are wanted); an
+unfiltered one queries `ok`, `u` and `fail` and merges by distance. Rules are few
 and live in one collection (`crl-rules`), filtered in Python. Every write is an idempotent
 upsert by deterministic id, chunked by the client's max batch size. Each record's metadata
 holds the whole record as JSON under `record` (episodes keep their trajectory in the
@@ -23,7 +29,7 @@ over-fetched unfiltered one (k x 64) is cheap. So each family's steps with a pur
 by purpose: `crl-sp-keyroom-door-ok` holds the ids and vectors (no metadata) of the `ok` steps that
 worked toward the door, and a purpose query is a plain k-NN query on it whose records are read from
 the step collections (through the record cache when there is one). Quarantined steps are not indexed.
-Views stamped before this layout (`layout` < `LAYOUT` in `crl-meta`) are rebuilt on open.
+Views stamped before the current layout (`layout` < `LAYOUT` in `crl-meta`) are rebuilt on open.
 
 The collection `crl-meta` carries the view's schema version, layout, embedding model and id.
 Each collection's configuration names its embedding function (for the real model, Chroma's
@@ -55,17 +61,21 @@ from crl.memory.records import (
     AnyRecord,
     EpisodeRecord,
     StepRecord,
+    counts_as_success,
     parse_record_id,
     record_from_dict,
 )
 from crl.memory.storage.record_cache import CachedRecord, RecordCache, matches, simple_filter
 
-BUCKETS = ("ok", "fail", "q")
-SEARCH_BUCKETS = ("ok", "fail")
+BUCKETS = ("ok", "u", "fail", "q")
+SEARCH_BUCKETS = ("ok", "u", "fail")
+"""The buckets of records outside quarantine: what retrieval, reflection and datasets may read."""
+SUCCESS_BUCKETS = ("ok", "u")
 _KIND_CODE = {"episode": "ep", "step": "st"}
-LAYOUT = 2
-"""The collection layout's version (2: purpose indexes), stamped in `crl-meta`."""
-INDEXED_BUCKETS = ("ok", "fail")
+LAYOUT = 3
+"""The collection layout's version (2: purpose indexes; 3: the `u` bucket), stamped in `crl-meta`."""
+LAYOUT_CHANGES = {2: "purpose indexes", 3: "unverified success claims in a bucket of their own"}
+INDEXED_BUCKETS = SEARCH_BUCKETS
 PURPOSE_KIND = "step-purpose"
 WHERE_OVERFETCH = (8, 64)
 """How many times `k` neighbours a filtered query reads from the index, widening in turn, before
@@ -111,7 +121,23 @@ def bucket_of(record: AnyRecord) -> str:
     if record.tier == "quarantine":
         return "q"
     outcome = record.outcome if isinstance(record, EpisodeRecord) else getattr(record, "episode_outcome", "")
-    return "ok" if outcome == "success" else "fail"
+    if outcome != "success":
+        return "fail"
+    return "ok" if counts_as_success(record) else "u"
+
+
+def buckets_for(tier: str | None = None, outcome: str | None = None) -> tuple[str, ...]:
+    """The buckets that can hold records of `tier` and `outcome` (None: any)."""
+    buckets = BUCKETS
+    if tier == "quarantine":
+        buckets = ("q",)
+    elif tier is not None:
+        buckets = SEARCH_BUCKETS
+    if outcome == "success":
+        buckets = tuple(b for b in buckets if b != "fail")
+    elif outcome in ("failure", "unfinished"):
+        buckets = tuple(b for b in buckets if b not in SUCCESS_BUCKETS)
+    return buckets
 
 
 def _slug(family: str) -> str:
