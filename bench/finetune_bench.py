@@ -164,14 +164,14 @@ def _eval(
     memory: bool,
     models_dir: Path,
     policy: str = "mixed",
+    max_steps: int | None = None,
 ) -> dict:
     """Dev-fold success of the embedded model plus `adapter`, with or without memory (the gate's
     evaluation), with per-seed outcomes for paired tests and the per-decision figures."""
     from crl.agent.finetuning import evaluate_adapter
 
-    settings = load_settings(
-        {"home": str(settings_home), "agent": {"parallel": 8, "policy": policy}, "llm": {"dtype": "bf16"}}
-    )
+    agent = {"parallel": 8, "policy": policy} | ({"max_steps": max_steps} if max_steps else {})
+    settings = load_settings({"home": str(settings_home), "agent": agent, "llm": {"dtype": "bf16"}})
     result = evaluate_adapter(settings, task, episodes, adapter, memory, base=str(embedded_model_path(models_dir)))
     report = result.report()
     stats = result.stats
@@ -221,9 +221,8 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
 
     home = Path(args.workdir) / ".crl"
     base = embedded_model_path(models_dir)
-    settings = load_settings(
-        {"home": str(home), "agent": {"parallel": 8, "policy": args.policy}, "llm": {"dtype": "bf16"}}
-    )
+    agent = {"parallel": 8, "policy": args.policy} | ({"max_steps": args.max_steps} if args.max_steps else {})
+    settings = load_settings({"home": str(home), "agent": agent, "llm": {"dtype": "bf16"}})
     posterior = settings.agent.posterior.model_copy(update={"mode": "sample"})
     sampling = settings.model_copy(
         update={
@@ -255,8 +254,9 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         folder = folder_of(adapter_id)
         row = log.run(
             f"eval {name} memory={memory}",
-            lambda: _eval(home, args.task, episodes, folder, memory, models_dir, policy),
+            lambda: _eval(home, args.task, episodes, folder, memory, models_dir, policy, settings.agent.max_steps),
             task=args.task,
+            max_steps=settings.agent.max_steps,
             adapter=adapter_id,
             dev_episodes=episodes,
             policy=policy,
@@ -407,6 +407,11 @@ def main() -> None:
         "evaluations then score too; mixed: the older thresholds, the model generating)",
     )
     ap.add_argument("--eval-random", action="store_true", help="also evaluate random admissible actions")
+    ap.add_argument(
+        "--max-steps",
+        type=int,
+        help="step limit per episode for collection and every evaluation (default: agent.max_steps, else the task's)",
+    )
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument(
         "--sft-rounds",
