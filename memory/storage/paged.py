@@ -56,11 +56,6 @@ def pageable(kind: str, sort: str, source: str | None = None, skill: str | None 
     return kind in ("episode", "step") and sort in FLAT_SORTS and not (source or skill or tag)
 
 
-def buckets_of(q: PageQuery) -> tuple[str, ...]:
-    """The buckets that can hold records matching `q` (as `ExperienceBank.ls` picks them)."""
-    return buckets_for(q.tier, q.outcome)
-
-
 def where_of(q: PageQuery, bucket: str, bar: float | None = None, op: str = "$gte") -> dict[str, Any] | None:
     """The Chroma `where` filter of `q` in a collection of `bucket` (and of the key compared with
     `bar` by `op`: at or above it by default), None for none. What the bucket already says is left out: a filter on a large share of
@@ -136,7 +131,7 @@ class Pager:
         cols = [
             (col, bucket)
             for family in families
-            for bucket in buckets_of(q)
+            for bucket in buckets_for(q.tier, q.outcome)
             if (col := self.view._for(q.kind, family, bucket)) is not None
         ]
         key = (q.kind, q.family, q.variant, q.outcome, q.tier, tuple(c.name for c, _ in cols), stamp)
