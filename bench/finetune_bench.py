@@ -231,7 +231,7 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         }
     )
     collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
-    config = FinetuneConfig(epochs=args.epochs, max_length=768, memory_prompts=args.memory_prompts)
+    config = FinetuneConfig(epochs=args.epochs, max_length=args.max_length, memory_prompts=args.memory_prompts)
     tokenizer = load_tokenizer(base)
     registry = AdapterRegistry.of(home)
     log = StageLog(Path(args.workdir) / "expert-iteration.jsonl")
@@ -337,11 +337,11 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
             }
 
         try:
-            log.run(f"{name} dataset", build)
+            log.run(f"{name} dataset", build, memory_prompts=args.memory_prompts, max_length=args.max_length)
         except ValueError as exc:
             log.skip(f"{name} dataset", error=str(exc))
             return None
-        adapter_id = log.run(f"{name} train", fit, parent=parent)["adapter"]
+        adapter_id = log.run(f"{name} train", fit, parent=parent, memory_prompts=args.memory_prompts)["adapter"]
         evaluate(name, adapter_id, memory=False)
         evaluate(name, adapter_id, memory=True)
 
@@ -413,6 +413,13 @@ def main() -> None:
         help="step limit per episode for collection and every evaluation (default: agent.max_steps, else the task's)",
     )
     ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument(
+        "--max-length",
+        type=int,
+        default=768,
+        help="tokens per SFT example; longer ones are dropped (with --memory-prompts keep, prompts carry the "
+        "memory section: raise it to agent.max_prompt_tokens plus the reply)",
+    )
     ap.add_argument(
         "--sft-rounds",
         type=int,
