@@ -8,6 +8,10 @@ object set, so the same number in another fold is a different game).
 Admissible actions, score, success (`tasksuccess`) and failure (`taskfailure`) come from the
 engine. An action that does not name an admissible one is not sent: it sets `info["invalid"]`
 and changes nothing (the engine would answer "Unknown action" and change nothing either).
+An engine reply that does not describe the room (an inventory listing, "You open the door",
+a refusal) is followed by the room's description ("look around"), so every observation says
+where the agent is: without it, every world's "Your inventory is currently empty" is one
+state to memory. `roomContext=0` turns this off (the engine's replies alone).
 Each point of the engine's raw score is a sub-goal: `info["subgoals"]` is
 `{"score_1": ..., "score_N": ...}` over the game's maximum raw score N, an entry True once the
 raw score has reached it (a later loss of points does not undo a sub-goal).
@@ -42,6 +46,7 @@ from crl.tasks.java_engine import EngineError, JavaEngine, import_suite, invalid
 FAMILY = "twx"
 FOLDS = SeedFolds(train=range(0, 1000), dev=range(10_000, 11_000), test=range(20_000, 21_000))
 STEP_LIMIT = 1_000_000  # the engine's own limit; the runner enforces the real one
+OUR_KNOBS = ("roomContext",)
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,9 @@ class TwxEnv:
 
     Args:
         game: a TextWorldExpress game name (a "twx/" prefix is accepted).
-        **params: the game's integer parameters, e.g. `numLocations=3` (see `GAMES`).
+        **params: the game's integer parameters, e.g. `numLocations=3` (see `GAMES`), and
+            `roomContext` (1, the default: a reply that does not describe the room is followed
+            by the room's description; 0: the engine's replies alone).
 
     The Java engine starts at the first `reset` and is reused for every later one.
     """
@@ -114,10 +121,14 @@ class TwxEnv:
     def __init__(self, game: str = "coin", **params: int | str):
         import_suite("textworld_express", "textworld-express")
         self.game = _game(game)
-        unknown = sorted(set(params) - set(self.game.params))
+        unknown = sorted(set(params) - set(self.game.params) - set(OUR_KNOBS))
         if unknown:
-            known = ", ".join(self.game.params) or "none"
+            known = ", ".join((*self.game.params, *OUR_KNOBS))
             raise ValueError(f"twx/{self.game.name} has no parameter {', '.join(unknown)}; its parameters: {known}")
+        room_context = _as_int("roomContext", params.pop("roomContext", 1))
+        if room_context not in (0, 1):
+            raise ValueError(f"twx roomContext must be 0 or 1, got {room_context}")
+        self.room_context = bool(room_context)
         self.params = {k: _as_int(k, v) for k, v in params.items()}
         self.name = f"{FAMILY}/{self.game.name}"
         self.engine = JavaEngine("TextWorldExpress", self._start_engine)
@@ -183,7 +194,7 @@ class TwxEnv:
 
     def _observe(self, text: str) -> Observation:
         return Observation(
-            text=text.strip(),
+            text=with_room(text, self._info.get("look", "")) if self.room_context else text.strip(),
             goal=self._info["taskDescription"].strip(),
             admissible_actions=sorted(self._info["validActions"]),
         )
@@ -205,6 +216,21 @@ class TwxEnv:
         reached = int(self._best_raw)
         total = self._max_raw if self._max_raw is not None else reached
         return {f"score_{k}": k <= reached for k in range(1, max(total, reached) + 1)}
+
+
+def with_room(reply: str, look: str) -> str:
+    """The engine's reply, followed by the room's description unless the reply already gives it.
+
+    Example:
+        >>> with_room("Your inventory is empty.", "You are in the kitchen.")
+        'Your inventory is empty.\n\nYou are in the kitchen.'
+        >>> with_room("You are in the kitchen. ", "You are in the kitchen.")
+        'You are in the kitchen.'
+    """
+    reply, look = reply.strip(), look.strip()
+    if not look or look in reply:
+        return reply
+    return f"{reply}\n\n{look}"
 
 
 def _max_raw_score(raw) -> int | None:

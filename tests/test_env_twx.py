@@ -71,13 +71,31 @@ def test_admissible_step_is_played_and_inadmissible_changes_nothing(coin):
     outcome = coin.step("xyzzy plugh")
     assert outcome.info["invalid"] and outcome.info["action"] is None
     assert (outcome.reward, outcome.done, outcome.info["success"]) == (0.0, False, False)
-    assert outcome.observation.text == "Nothing happens: 'xyzzy plugh' is not a valid action here."
+    assert outcome.observation.text.startswith("Nothing happens: 'xyzzy plugh' is not a valid action here.\n\nYou are in")
     assert outcome.observation.admissible_actions == obs.admissible_actions
     move = next(a for a in obs.admissible_actions if a.startswith("move "))
     outcome = coin.step(move)
     assert not outcome.info["invalid"] and outcome.info["action"] == move
     assert outcome.observation.text != obs.text
     assert set(outcome.info) >= {"success", "won", "subgoals", "invalid", "action", "score"}
+
+
+def test_every_observation_says_which_room_unless_turned_off(coin):
+    start = coin.reset(3)
+    assert start.text.startswith("You are in the ")
+    room = start.text.split(".")[0]
+    listing = coin.step("inventory").observation.text
+    assert listing.startswith("Inventory") and listing.endswith(start.text)
+    moved = coin.step(next(a for a in start.admissible_actions if a.startswith("move "))).observation.text
+    assert moved.count("You are in the ") == 1 and not moved.startswith(room)
+    bare = make_env(EASY_COIN + "&roomContext=0")
+    try:
+        assert bare.reset(3).text == start.text
+        assert bare.step("inventory").observation.text.strip() == listing.split("\n\n")[0]
+    finally:
+        bare.close()
+    with pytest.raises(ValueError, match="roomContext must be 0 or 1"):
+        TwxEnv("coin", roomContext=2)
 
 
 def test_free_text_is_normalised_onto_admissible_actions():
