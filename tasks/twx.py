@@ -223,7 +223,7 @@ def with_room(reply: str, look: str) -> str:
 
     Example:
         >>> with_room("Your inventory is empty.", "You are in the kitchen.")
-        'Your inventory is empty.\n\nYou are in the kitchen.'
+        'Your inventory is empty.\\n\\nYou are in the kitchen.'
         >>> with_room("You are in the kitchen. ", "You are in the kitchen.")
         'You are in the kitchen.'
     """

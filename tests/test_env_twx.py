@@ -71,7 +71,9 @@ def test_admissible_step_is_played_and_inadmissible_changes_nothing(coin):
     outcome = coin.step("xyzzy plugh")
     assert outcome.info["invalid"] and outcome.info["action"] is None
     assert (outcome.reward, outcome.done, outcome.info["success"]) == (0.0, False, False)
-    assert outcome.observation.text.startswith("Nothing happens: 'xyzzy plugh' is not a valid action here.\n\nYou are in")
+    assert outcome.observation.text.startswith(
+        "Nothing happens: 'xyzzy plugh' is not a valid action here.\n\nYou are in"
+    )
     assert outcome.observation.admissible_actions == obs.admissible_actions
     move = next(a for a in obs.admissible_actions if a.startswith("move "))
     outcome = coin.step(move)
