@@ -336,12 +336,13 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
                 "last_loss": m["last_loss"],
             }
 
+        data = {"memory_prompts": args.memory_prompts, "max_length": args.max_length}
         try:
-            log.run(f"{name} dataset", build, memory_prompts=args.memory_prompts, max_length=args.max_length)
+            log.run(f"{name} dataset", build, **data)
         except ValueError as exc:
             log.skip(f"{name} dataset", error=str(exc))
             return None
-        adapter_id = log.run(f"{name} train", fit, parent=parent, memory_prompts=args.memory_prompts)["adapter"]
+        adapter_id = log.run(f"{name} train", fit, parent=parent, **data)["adapter"]
         evaluate(name, adapter_id, memory=False)
         evaluate(name, adapter_id, memory=True)
 

@@ -26,7 +26,12 @@ from typing import Any
 from crl.memory.storage.episode_log import read_episodes
 from crl.memory.trajectory import Episode
 
-GROUPS = ("memory won, alone lost", "memory lost, alone won", "both won", "both lost")
+GROUPS = {
+    (True, False): "memory won, alone lost",
+    (False, True): "memory lost, alone won",
+    (True, True): "both won",
+    (False, False): "both lost",
+}
 
 
 def evidence_kind(decision: dict[str, Any]) -> str:
@@ -56,11 +61,10 @@ def compare_overrides(with_memory: Path, alone: Path) -> dict[str, Any]:
     mem, solo = _outcomes(with_memory), _outcomes(alone)
     seeds = sorted(set(mem) & set(solo))
     table: dict[str, dict[str, Any]] = {
-        g: {"seeds": 0, "seeds_with_override": 0, "overrides": Counter()} for g in GROUPS
+        g: {"seeds": 0, "seeds_with_override": 0, "overrides": Counter()} for g in GROUPS.values()
     }
     for seed in seeds:
-        won, won_alone = mem[seed].success, solo[seed].success
-        group = GROUPS[0 if won and not won_alone else 1 if won_alone and not won else 2 if won else 3]
+        group = GROUPS[mem[seed].success, solo[seed].success]
         kinds = [evidence_kind(d) for d in _posteriors(mem[seed]) if d.get("memory_changed_argmax")]
         row = table[group]
         row["seeds"] += 1
