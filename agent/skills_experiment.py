@@ -16,8 +16,11 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
   on (memory's optimism for untried actions in known states makes a world's attempts differ), and
   the synthesis pass stitches, per world not yet solved, the points gained in different attempts
   into one demonstration, validated by replay (`memory.synthesis.stitch`, by points).
-- `skills+sft`: `skills`' memory, then one SFT round on its real and synthetic successes
+- `skills+sft`: `skills`' memory, then an SFT round on its real and synthetic successes
   (synthetic ones weighted by `finetune.synthetic_weight`); the adapter plays with memory; point 3.
+  With `sft_rounds` > 1 each further round first plays `budget` compound training episodes with
+  the last adapter and memory (on train worlds of its own, charged to the arm), then trains a new
+  adapter from the base model on the grown bank; a point per round.
   The adapter is also evaluated alone (no memory read) on the same dev seeds, reported as the arm
   `sft alone`, so the report pairs adapter + memory against the adapter alone and against the base
   model with memory (`skills`' last point) — issue #14's complementarity.
@@ -28,7 +31,9 @@ Evaluation steps are charged to no arm (each arm's are listed). The final point 
 also played on `test_episodes` test seeds, memory frozen (evaluations never write memory).
 
 Results go to `results.json` after every point; an interrupted experiment resumes where it
-stopped (an arm-repeat that stopped mid-stage is played again from a fresh data directory).
+stopped (an arm-repeat that stopped mid-stage is played again from a fresh data directory; a
+`skills+sft` run that finished some SFT rounds resumes after its last, from a copy of its data
+directory taken then).
 The report (`table.md`, `curve.png`) is `crl.agent.skills_report`.
 """
 
@@ -64,12 +69,15 @@ class SkillsSpec:
     drrn_eval_every: int = 2_000
     sft_epochs: int = 3
     sft_max_steps: int = -1
+    sft_rounds: int = 1
     overrides: dict[str, Any] = field(default_factory=dict)
     attempts: int = 4
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
+        if self.sft_rounds < 1:
+            raise ValueError("sft_rounds must be at least 1")
         if not self.arms:
             raise ValueError(f"no arms to play; arms: {', '.join(ARMS)}")
         unknown = [a for a in self.arms if a not in ARMS]
@@ -121,7 +129,7 @@ def stages(spec: SkillsSpec, arm: str) -> int:
     """How many dev points an arm-repeat has when finished (the DRRN: one per evaluation)."""
     if arm == "drrn":
         return spec.drrn_steps // spec.drrn_eval_every + 1 + (spec.drrn_steps % spec.drrn_eval_every > 0)
-    return {"none": 1, "skills": 2, "skills+sft": 1}[arm]
+    return {"none": 1, "skills": 2, "skills+sft": spec.sft_rounds}[arm]
 
 
 def subtasks_of(task: str) -> list[str]:
@@ -240,10 +248,11 @@ class SkillsExperiment:
         tmp.replace(self.path)
 
     def run_of(self, arm: str, repeat: int) -> SkillsRun:
-        """The arm-repeat's record; one left unfinished is started over (its data directory wiped)."""
+        """The arm-repeat's record; one left unfinished is started over (its data directory wiped),
+        except a `skills+sft` run with finished rounds, which resumes from the snapshot of its last."""
         for i, r in enumerate(self.runs):
             if (r.arm, r.repeat) == (arm, repeat):
-                if r.done:
+                if r.done or (r.points and self.snapshot(arm, repeat, len(r.points)).is_dir()):
                     return r
                 self.runs[i] = SkillsRun(arm, repeat)
                 shutil.rmtree(self.home(arm, repeat), ignore_errors=True)
@@ -254,6 +263,17 @@ class SkillsExperiment:
 
     def home(self, arm: str, repeat: int) -> Path:
         return self.out_dir / arm.replace("+", "-") / f"repeat-{repeat}"
+
+    def snapshot(self, arm: str, repeat: int, points: int) -> Path:
+        """Where an arm-repeat's data directory is copied once its `points`-th point is saved."""
+        return self.home(arm, repeat).with_name(f"repeat-{repeat}-after-{points}")
+
+    def keep_snapshot(self, arm: str, repeat: int, points: int) -> None:
+        """Copy the arm-repeat's data directory (bank, adapters) aside, replacing the earlier copy."""
+        target = self.snapshot(arm, repeat, points)
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(self.home(arm, repeat), target)
+        shutil.rmtree(self.snapshot(arm, repeat, points - 1), ignore_errors=True)
 
     def add(self, run: SkillsRun, point: SkillsPoint, started: float) -> None:
         run.points.append(point)
@@ -399,33 +419,93 @@ class SkillsExperiment:
 
     def _skills_sft(self, run: SkillsRun, repeat: int) -> None:
         from crl.agent.finetuning import evaluate_adapter, finetune_context
-        from crl.finetune.dataset_card import CARD_FILE
-        from crl.finetune.rounds import make_dataset, train_and_register
 
         spec = self.spec
         source = next(r for r in self.runs if (r.arm, r.repeat) == ("skills", repeat))
         home = self.home("skills+sft", repeat)
-        shutil.copytree(self.home("skills", repeat), home)
+        finished = len(run.points)
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.copytree(
+            self.snapshot("skills+sft", repeat, finished) if finished else self.home("skills", repeat), home
+        )
         settings = arm_settings(spec, "skills+sft", home)
         settings.llm.seed = repeat
         started = time.monotonic()
         config = settings.finetune.model_copy(update={"epochs": spec.sft_epochs, "max_steps": spec.sft_max_steps})
         ctx = finetune_context(settings, config, evaluator=False, progress=False)
-        folder = make_dataset(ctx, "sft", tasks=[*self.subtasks, spec.task])
+        last = source.points[-1]
+        env_steps, adapter, rounds = last.env_steps, None, []
+        detail: dict[str, Any] = {}
+        if finished:
+            detail = run.points[-1].detail
+            env_steps, rounds = run.points[-1].env_steps, list(detail.get("sft_rounds", []))
+            adapter = ctx.registry.adapter_dir(detail["adapter"])
+        for round_no in range(finished + 1, spec.sft_rounds + 1):
+            if adapter is not None:
+                played = self._collect_with_adapter(settings, adapter, repeat, round_no)
+                rounds.append(
+                    {
+                        "round": round_no,
+                        "train_steps": steps_of(played),
+                        "replay_steps": replay_steps_of(played),
+                        "train_successes": played.report()["successes"],
+                    }
+                )
+                env_steps += steps_of(played) + replay_steps_of(played)
+            adapter, detail = self._sft_round(ctx, settings, dict(last.detail) | {"sft_rounds": list(rounds)})
+            alone = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=False)
+            detail["adapter_alone"] = asdict(
+                eval_point(alone, f"{sft_stage(round_no)}, adapter alone", env_steps, "dev", {})
+            )
+            dev = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=True)
+            self.add(run, eval_point(dev, sft_stage(round_no), env_steps, "dev", detail), started)
+            self.keep_snapshot("skills+sft", repeat, round_no)
+            started = time.monotonic()
+        if spec.test_episodes and adapter is not None:
+            test = evaluate_adapter(settings, spec.task, spec.test_episodes, adapter, memory=True, fold="test")
+            run.test = eval_point(test, sft_stage(spec.sft_rounds), env_steps, "test", detail)
+        shutil.rmtree(self.snapshot("skills+sft", repeat, spec.sft_rounds), ignore_errors=True)
+
+    def _sft_round(self, ctx, settings: Settings, detail: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+        """Build an SFT dataset from the bank (sub-tasks and the compound task) and train an adapter on
+        it from the base model; the adapter's folder and what the round made."""
+        from crl.finetune.dataset_card import CARD_FILE
+        from crl.finetune.rounds import make_dataset, train_and_register
+
+        folder = make_dataset(ctx, "sft", tasks=[*self.subtasks, self.spec.task])
         card = json.loads((folder / CARD_FILE).read_text())
         _, lineage = train_and_register(ctx, "sft", folder)
-        adapter = ctx.registry.adapter_dir(lineage.id)
-        last = source.points[-1]
-        detail = dict(last.detail) | {
+        return ctx.registry.adapter_dir(lineage.id), detail | {
             "adapter": lineage.id,
             "sft_examples": card.get("examples"),
             "sft_stats": card.get("stats", {}).get("synthetic"),
             "sft_wall_s": round(lineage.metrics.get("wall_seconds", 0.0), 1),
         }
-        alone = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=False)
-        detail["adapter_alone"] = asdict(eval_point(alone, "sft, adapter alone", last.env_steps, "dev", {}))
-        dev = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=True)
-        self.add(run, eval_point(dev, "sft", last.env_steps, "dev", detail), started)
-        if spec.test_episodes:
-            test = evaluate_adapter(settings, spec.task, spec.test_episodes, adapter, memory=True, fold="test")
-            run.test = eval_point(test, "sft", last.env_steps, "test", detail)
+
+    def _collect_with_adapter(self, settings: Settings, adapter: Path, repeat: int, round_no: int):
+        """Play `budget` compound training episodes with the adapter and memory (memory written, automatic
+        synthesis on), on train worlds no other stage of any repeat plays."""
+        from crl.agent.app import start_run
+        from crl.agent.finetuning import base_model_path
+        from crl.agent.llm.local import LocalChatModel
+
+        spec = self.spec
+        first = spec.repeats * (spec.phase1 + spec.budget)
+        seed_start = first + (repeat * (spec.sft_rounds - 1) + round_no - 2) * spec.budget
+        llm = settings.llm
+        model = LocalChatModel(
+            base_model_path(settings),
+            adapter=adapter,
+            device=llm.device,
+            dtype=llm.dtype,
+            cache_dir=settings.models_dir,
+        )
+        try:
+            return start_run(settings, spec.task, spec.budget, seed_start=seed_start, model=model)
+        finally:
+            model.close()
+
+
+def sft_stage(round_no: int) -> str:
+    """The stage name of the `skills+sft` arm's point after SFT round `round_no`."""
+    return "sft" if round_no == 1 else f"sft round {round_no}"

@@ -16,16 +16,18 @@ ADAPTER_ALONE = "sft alone"
 
 
 def with_adapter_alone(results: dict[str, Any]) -> dict[str, Any]:
-    """`results` with one more run per `skills+sft` repeat whose last point recorded the adapter
-    alone: arm `sft alone`, that evaluation as its only point (results that have them already are
-    returned as they are)."""
+    """`results` with one more run per `skills+sft` repeat whose points recorded the adapter alone:
+    arm `sft alone`, those evaluations as its points, one per SFT round (results that have them
+    already are returned as they are)."""
     if any(r["arm"] == ADAPTER_ALONE for r in results["runs"]):
         return results
     extra = []
     for r in results["runs"]:
-        alone = r["points"][-1]["detail"].get("adapter_alone") if r["arm"] == "skills+sft" and r["points"] else None
+        if r["arm"] != "skills+sft":
+            continue
+        alone = [p["detail"]["adapter_alone"] for p in r["points"] if p["detail"].get("adapter_alone")]
         if alone:
-            extra.append({"arm": ADAPTER_ALONE, "repeat": r["repeat"], "points": [alone], "test": None})
+            extra.append({"arm": ADAPTER_ALONE, "repeat": r["repeat"], "points": alone, "test": None})
     return dict(results, runs=results["runs"] + extra) if extra else results
 
 

@@ -123,11 +123,32 @@ def test_the_adapter_alone_is_reported_as_its_own_arm_paired_with_the_adapter_wi
     assert versus["pairs"] == 4 and (versus["a_only"], versus["b_only"]) == (3, 0)
 
 
+def test_every_sft_round_reports_the_adapter_alone_and_the_last_round_is_paired():
+    data = results()
+    rounds = [
+        point("sft", 310, [True, True, False, False])
+        | {"detail": {"adapter_alone": point("sft, adapter alone", 310, [True, False, False, False])}},
+        point("sft round 2", 330, [True, True, True, True])
+        | {"detail": {"adapter_alone": point("sft round 2, adapter alone", 330, [True, True, True, False])}},
+    ]
+    data["runs"].append({"arm": "skills+sft", "repeat": 0, "points": rounds, "test": None, "seconds": 1, "done": True})
+    alone = next(r for r in with_adapter_alone(data)["runs"] if r["arm"] == "sft alone")
+    assert [p["stage"] for p in alone["points"]] == ["sft, adapter alone", "sft round 2, adapter alone"]
+    text = "\n".join(report_lines(data))
+    assert "| sft alone | sft round 2, adapter alone | 330 | 3/4 (75%)" in text
+    assert "| skills+sft | sft round 2 | 330 | 4/4 (100%)" in text
+    versus = {(p["arm_a"], p["arm_b"]): p for p in final_pairs(with_adapter_alone(data))}[("skills+sft", "sft alone")]
+    assert (versus["a"], versus["b"]) == (4, 3)
+
+
 def test_spec_and_task_checks():
     with pytest.raises(ValueError, match="unknown arm"):
         SkillsSpec(arms=["ppo"])
     with pytest.raises(ValueError, match="no arms"):
         SkillsSpec(arms=[])
+    with pytest.raises(ValueError, match="sft_rounds"):
+        SkillsSpec(sft_rounds=0)
+    assert stages(SkillsSpec(sft_rounds=3), "skills+sft") == 3
     with pytest.raises(ValueError, match="continues the skills arm"):
         SkillsSpec(arms=["skills+sft"])
     with pytest.raises(ValueError, match="no sub-goal order of its own"):
@@ -149,7 +170,8 @@ def test_a_tiny_real_run_of_every_arm_writes_the_plot_table_and_results(tmp_path
     args = [
         "experiment", "skills", "keyroom/compound", "--phase1", "1", "--budget", "1", "--eval-episodes", "1",
         "--test-episodes", "1", "--repeats", "1", "--drrn-steps", "60", "--drrn-eval-every", "30",
-        "--sft-epochs", "1", "--sft-max-steps", "1", "--max-steps", "3", "--out", str(out), "--json",
+        "--sft-epochs", "1", "--sft-max-steps", "1", "--sft-rounds", "2", "--max-steps", "3", "--out", str(out),
+        "--json",
     ]  # fmt: skip
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
@@ -162,10 +184,79 @@ def test_a_tiny_real_run_of_every_arm_writes_the_plot_table_and_results(tmp_path
     first, second = runs["skills"]["points"]
     assert first["detail"]["phase1_steps"] > 0 and first["env_steps"] >= first["detail"]["phase1_steps"]
     assert second["env_steps"] > first["env_steps"] and second["detail"]["train_steps"] > 0
-    assert runs["skills+sft"]["points"][0]["detail"]["adapter"]
-    assert runs["skills+sft"]["points"][0]["detail"]["adapter_alone"]["episodes"] == 1
+    sft1, sft2 = runs["skills+sft"]["points"]
+    assert sft1["detail"]["adapter"] != sft2["detail"]["adapter"]
+    assert sft1["env_steps"] == second["env_steps"] and sft1["detail"]["adapter_alone"]["episodes"] == 1
+    (collected,) = sft2["detail"]["sft_rounds"]
+    assert collected["round"] == 2 and collected["train_steps"] > 0
+    assert sft2["env_steps"] == sft1["env_steps"] + collected["train_steps"] + collected["replay_steps"]
+    assert sft2["stage"] == "sft round 2" and runs["skills+sft"]["test"]["stage"] == "sft round 2"
     assert all(run["test"]["fold"] == "test" for run in runs.values())
-    assert "| skills+sft | sft |" in table and "| sft alone |" in table and "test fold" in table
+    assert "| skills+sft | sft |" in table and "| skills+sft | sft round 2 |" in table and "test fold" in table
+    assert "| sft alone | sft, adapter alone |" in table and "| sft alone | sft round 2, adapter alone |" in table
     again = CliRunner().invoke(app, args)  # finished: nothing is played again
     assert again.exit_code == 0, again.output
     assert json.loads((out / "results.json").read_text())["runs"] == data["runs"]
+
+
+class FakeRun:
+    """What `eval_point`, `steps_of` and `replay_steps_of` read from a run, for `n` two-step episodes."""
+
+    def __init__(self, wins: list[bool]) -> None:
+        from types import SimpleNamespace as NS
+
+        self.episodes = [NS(finished=True, seed=i, success=w, subgoals={}, steps=[0, 0]) for i, w in enumerate(wins)]
+        self.info = NS(run_id="r", synthesis={"replay_env_steps": 1})
+
+    def report(self) -> dict:
+        return {"successes": sum(e.success for e in self.episodes), "episodes": len(self.episodes), "decided_by": {}}
+
+
+def test_an_interrupted_sft_round_resumes_after_the_last_finished_one_from_its_snapshot(tmp_path, monkeypatch):
+    from types import SimpleNamespace as NS
+
+    import crl.agent.finetuning as finetuning
+    from crl.agent.skills_experiment import SkillsExperiment, SkillsPoint, SkillsRun
+
+    spec = SkillsSpec(arms=["skills", "skills+sft"], repeats=1, sft_rounds=3, eval_episodes=2, test_episodes=0)
+    exp = SkillsExperiment(spec, tmp_path)
+    exp.runs = [SkillsRun("skills", 0, [SkillsPoint("compound training", 100, 1, 2)], done=True)]
+    exp.save()
+    exp.home("skills", 0).mkdir(parents=True)
+    (exp.home("skills", 0) / "bank").write_text("skills\n")
+    trained: list[int] = []
+    crash = {"at": 2}
+
+    def sft_round(self, ctx, settings, detail):
+        home = self.home("skills+sft", 0)
+        n = len((home / "bank").read_text().splitlines())
+        if n == crash["at"]:
+            raise RuntimeError("killed mid-round")
+        trained.append(n)
+        return home / f"adapter-{n}", detail | {"adapter": f"a{n}"}
+
+    def collect(self, settings, adapter, repeat, round_no):
+        with open(self.home("skills+sft", 0) / "bank", "a") as f:
+            f.write(f"collected {round_no}\n")
+        return FakeRun([True, False])
+
+    monkeypatch.setattr(SkillsExperiment, "_sft_round", sft_round)
+    monkeypatch.setattr(SkillsExperiment, "_collect_with_adapter", collect)
+    monkeypatch.setattr(finetuning, "evaluate_adapter", lambda *a, **k: FakeRun([True, True]))
+    registry = NS(adapter_dir=lambda i: tmp_path / i)
+    monkeypatch.setattr(finetuning, "finetune_context", lambda *a, **k: NS(registry=registry))
+    monkeypatch.setattr("crl.agent.skills_report.write_report", lambda *a: None)
+
+    with pytest.raises(RuntimeError, match="killed"):
+        SkillsExperiment(spec, tmp_path).run()
+    saved = json.loads((tmp_path / "results.json").read_text())["runs"][1]
+    assert saved["arm"] == "skills+sft" and not saved["done"] and len(saved["points"]) == 1
+    crash["at"] = None
+    SkillsExperiment(spec, tmp_path).run()
+    (run,) = [r for r in json.loads((tmp_path / "results.json").read_text())["runs"] if r["arm"] == "skills+sft"]
+    assert run["done"] and [p["stage"] for p in run["points"]] == ["sft", "sft round 2", "sft round 3"]
+    assert trained == [1, 2, 3]  # round 1 trained once; the crashed round's collection was undone
+    assert (exp.home("skills+sft", 0) / "bank").read_text() == "skills\ncollected 2\ncollected 3\n"
+    assert [p["env_steps"] for p in run["points"]] == [100, 105, 110]  # 4 steps + 1 replay step per round
+    assert [r["round"] for r in run["points"][-1]["detail"]["sft_rounds"]] == [2, 3]
+    assert not list(tmp_path.glob("skills-sft/repeat-0-after-*"))

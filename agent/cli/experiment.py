@@ -182,6 +182,12 @@ def skills(
     drrn_eval_every: int = typer.Option(2_000, "--drrn-eval-every", help="Its evaluation interval, in steps."),
     sft_epochs: int = typer.Option(3, "--sft-epochs", help="Epochs of the skills+sft arm's SFT round."),
     sft_max_steps: int = typer.Option(-1, "--sft-max-steps", help="Cap on its optimizer steps (-1: none)."),
+    sft_rounds: int = typer.Option(
+        1,
+        "--sft-rounds",
+        help="SFT rounds of the skills+sft arm; each after the first plays --budget compound episodes "
+        "with the last adapter and memory first.",
+    ),
     out_dir: Path = typer.Option(
         Path("experiments/skills"), "--out", help="Results folder (an interrupted experiment resumes)."
     ),
@@ -206,19 +212,20 @@ def skills(
     )
     flags.pop("home", None)
     spec = SkillsSpec(
-        task,
-        arm_list,
-        phase1,
-        budget,
-        eval_episodes,
-        test_episodes,
-        repeats,
-        drrn_steps,
-        drrn_eval_every,
-        sft_epochs,
-        sft_max_steps,
-        flags,
-        attempts,
+        task=task,
+        arms=arm_list,
+        phase1=phase1,
+        budget=budget,
+        eval_episodes=eval_episodes,
+        test_episodes=test_episodes,
+        repeats=repeats,
+        drrn_steps=drrn_steps,
+        drrn_eval_every=drrn_eval_every,
+        sft_epochs=sft_epochs,
+        sft_max_steps=sft_max_steps,
+        sft_rounds=sft_rounds,
+        overrides=flags,
+        attempts=attempts,
     )
     total = sum(stages(spec, a) * (1 if a == "none" else repeats) for a in arm_list if a in ARMS)
     with EpisodeProgress(total, err, description=f"skills {task}") as progress:
