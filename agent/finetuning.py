@@ -66,16 +66,24 @@ def evaluate_adapter(
             alone: no memory read at all, the model generating (the llm policy) or, under the
             posterior policy, scoring the listed actions (`random` stays random).
     """
-    from crl.agent.app import start_run
-    from crl.agent.llm.local import LocalChatModel
-
-    llm = settings.llm.model_copy(update={"adapter": str(adapter) if adapter else None})
-    run_settings = settings.model_copy(update={"llm": llm})
+    run_settings = settings
     if not memory:
         policy = settings.agent.policy if settings.agent.policy in ("posterior", "random") else "llm"
         agent = settings.agent.model_copy(update={"memory": "off", "policy": policy})
         bank = settings.memory.model_copy(update={"enabled": False})
-        run_settings = run_settings.model_copy(update={"agent": agent, "memory": bank})
+        run_settings = settings.model_copy(update={"agent": agent, "memory": bank})
+    return play_with_adapter(run_settings, task, episodes, adapter, base, fold=fold, kind="eval")
+
+
+def play_with_adapter(
+    settings: Settings, task: str, episodes: int, adapter: Path | None, base: str | None = None, **run_args: Any
+) -> RunResult:
+    """Play `episodes` episodes of `task` with the local base model plus `adapter` (or none), loaded
+    for this run and closed after it; `run_args` go to `start_run` (fold, kind, seed_start)."""
+    from crl.agent.app import start_run
+    from crl.agent.llm.local import LocalChatModel
+
+    llm = settings.llm.model_copy(update={"adapter": str(adapter) if adapter else None})
     model = LocalChatModel(
         base_model_path(settings, base),
         adapter=adapter,
@@ -84,7 +92,7 @@ def evaluate_adapter(
         cache_dir=settings.models_dir,
     )
     try:
-        return start_run(run_settings, task, episodes, fold=fold, kind="eval", model=model)
+        return start_run(settings.model_copy(update={"llm": llm}), task, episodes, model=model, **run_args)
     finally:
         model.close()
 

@@ -443,15 +443,14 @@ class SkillsExperiment:
         for round_no in range(finished + 1, spec.sft_rounds + 1):
             if adapter is not None:
                 played = self._collect_with_adapter(settings, adapter, repeat, round_no)
-                rounds.append(
-                    {
-                        "round": round_no,
-                        "train_steps": steps_of(played),
-                        "replay_steps": replay_steps_of(played),
-                        "train_successes": played.report()["successes"],
-                    }
-                )
-                env_steps += steps_of(played) + replay_steps_of(played)
+                collected = {
+                    "round": round_no,
+                    "train_steps": steps_of(played),
+                    "replay_steps": replay_steps_of(played),
+                    "train_successes": played.report()["successes"],
+                }
+                rounds.append(collected)
+                env_steps += collected["train_steps"] + collected["replay_steps"]
             adapter, detail = self._sft_round(ctx, settings, dict(last.detail) | {"sft_rounds": list(rounds)})
             alone = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=False)
             detail["adapter_alone"] = asdict(
@@ -485,25 +484,12 @@ class SkillsExperiment:
     def _collect_with_adapter(self, settings: Settings, adapter: Path, repeat: int, round_no: int):
         """Play `budget` compound training episodes with the adapter and memory (memory written, automatic
         synthesis on), on train worlds no other stage of any repeat plays."""
-        from crl.agent.app import start_run
-        from crl.agent.finetuning import base_model_path
-        from crl.agent.llm.local import LocalChatModel
+        from crl.agent.finetuning import play_with_adapter
 
         spec = self.spec
         first = spec.repeats * (spec.phase1 + spec.budget)
         seed_start = first + (repeat * (spec.sft_rounds - 1) + round_no - 2) * spec.budget
-        llm = settings.llm
-        model = LocalChatModel(
-            base_model_path(settings),
-            adapter=adapter,
-            device=llm.device,
-            dtype=llm.dtype,
-            cache_dir=settings.models_dir,
-        )
-        try:
-            return start_run(settings, spec.task, spec.budget, seed_start=seed_start, model=model)
-        finally:
-            model.close()
+        return play_with_adapter(settings, spec.task, spec.budget, adapter, seed_start=seed_start)
 
 
 def sft_stage(round_no: int) -> str:
