@@ -119,13 +119,16 @@ class MemoryAdvisor:
         task: str,
         same_task: bool = True,
         untried: float | None = None,
+        actor: str | None = None,
+        other_actor_weight: float = 1.0,
     ) -> dict[str, MemoryAdvantage]:
         """Memory's advantage of each admissible action in this state (for the posterior policy):
         what followed it in the nearest stored states minus what followed any action there
         (`untried`: the optimistic q of actions none of them took, see `memory_advantages`).
         With `same_task`, a pack retrieved for a purpose (`ContextPack.purpose_neighbours`) is
         valued by the steps that worked toward that sub-goal in any task of the family; otherwise
-        by the steps of the same task."""
+        by the steps of the same task. Steps another actor than `actor` played vote with
+        `other_actor_weight` (`memory_advantages`)."""
         purposeful = same_task and pack is not None and pack.purpose_neighbours is not None
         neighbours = (pack.purpose_neighbours if purposeful else pack.neighbours) if pack is not None else None
         if not neighbours:
@@ -138,6 +141,8 @@ class MemoryAdvisor:
             untried=untried,
             synthetic_weight=pack.synthetic_weight,
             purpose=pack.purpose if purposeful else None,
+            actor=actor,
+            other_actor_weight=other_actor_weight,
         )
 
     def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:

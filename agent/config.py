@@ -94,6 +94,13 @@ class PosteriorSettings(BaseModel):
         description="With same_task, what voting experience shares: purpose (the sub-goal it worked toward: "
         "door-task steps vote in a compound game's door phase) or task (the same task only).",
     )
+    other_actor_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="The factor on votes of stored steps another actor played (base model, older adapter, "
+        "synthesis): off-policy evidence for the acting model. 1: every actor alike; 0: its own steps only.",
+    )
     candidates: int = Field(
         12,
         ge=1,
@@ -115,6 +122,7 @@ class PosteriorSettings(BaseModel):
             self.explore_untried,
             self.optimism,
             self.condition,
+            self.other_actor_weight,
         )
         return PosteriorPolicy(config, self.temperature)
 

@@ -88,6 +88,14 @@ class PosteriorConfig:
             "sub-goals fall back to the task) or 'task' (only steps of the same task)."
         },
     )
+    other_actor_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "The factor on the votes of stored steps another actor played (another adapter, the base "
+            "model, synthesis): their returns say how that actor went on, off-policy for this one. 1 counts "
+            "every actor alike; 0 values actions by the acting model's own experience only."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.condition not in ("purpose", "task"):
@@ -96,6 +104,8 @@ class PosteriorConfig:
             raise ValueError(f"posterior optimism must be in [-1, 1], got {self.optimism}")
         if self.beta < 0:
             raise ValueError(f"posterior beta must be >= 0, got {self.beta}")
+        if not 0 <= self.other_actor_weight <= 1:
+            raise ValueError(f"posterior other_actor_weight must be in [0, 1], got {self.other_actor_weight}")
         if self.alpha <= 0:
             raise ValueError(f"posterior alpha must be > 0 (math.inf ignores memory), got {self.alpha}")
         if self.support_scale <= 0:

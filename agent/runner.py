@@ -19,6 +19,7 @@ from crl.agent.random_actor import RandomActor
 from crl.agent.redaction import redact_text
 from crl.agent.session import EpisodeSession, LoopConfig
 from crl.agent.tool_choice import ToolPrime, by_tool_name, call_opening, choose_tool, primed, tools_tried_here
+from crl.memory.actors import actor_key
 from crl.memory.purpose import purpose_now
 from crl.memory.retrieval.episodic_control import memory_advantages
 from crl.memory.retrieval.retriever import RetrievalQuery
@@ -131,6 +132,7 @@ class Runner:
         self.task = task
         self.model_name = model_name or getattr(model, "name", "")
         self.adapter = adapter
+        self.actor = actor_key(self.model_name, adapter)
         self.on_episode_end = on_episode_end
         self.advisor = advisor
         self.posterior = posterior
@@ -293,6 +295,8 @@ class Runner:
                     task=session.episode.task if config.same_task else None,
                     untried=config.optimism if config.explore_untried else None,
                     synthetic_weight=pack.synthetic_weight,
+                    actor=self.actor,
+                    other_actor_weight=config.other_actor_weight,
                 )
             rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
             avoid = (
@@ -337,7 +341,9 @@ class Runner:
         memory: list[str] = []
         if isinstance(self.advisor, MemoryAdvisor) and pack is not None:
             config = self.posterior.config
-            values = self.advisor.advantages(pack, valid, session.episode.task, config.same_task)
+            values = self.advisor.advantages(
+                pack, valid, session.episode.task, config.same_task, None, self.actor, config.other_actor_weight
+            )
             memory = sorted(values, key=lambda a: (-values[a].advantage, -values[a].support, a))
         return build_candidates(
             valid, parsed.action or parsed.raw_action, memory, session.tried_here(), self.candidate_cap
@@ -442,7 +448,17 @@ class Runner:
         config = self.posterior.config
         untried = config.optimism if config.explore_untried else None
         advantages = (
-            advisor.advantages(pack, admissible, session.episode.task, config.same_task, untried) if advisor else {}
+            advisor.advantages(
+                pack,
+                admissible,
+                session.episode.task,
+                config.same_task,
+                untried,
+                self.actor,
+                config.other_actor_weight,
+            )
+            if advisor
+            else {}
         )
         prefix = "" if session.reply_prefix else "Action:"
         completion = Completion(

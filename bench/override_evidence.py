@@ -10,7 +10,10 @@ the evidence behind them:
     thin        the model's choice was demoted on at most one stored sample of it
     supported   both the chosen action and the model's choice had >= 3 stored samples
 
-so a missed complementarity target can be traced to the kind of evidence that misleads.
+so a missed complementarity target can be traced to the kind of evidence that misleads. Each
+group also gives the median probability the model put on its own choice where memory overrode
+it (`model_p_median`): a flat prior (a fine-tuned model whose argmax wins most games while
+giving it a third of the mass) is overridden on thin evidence.
 
     python -m bench.override_evidence WITH_MEMORY/episodes.jsonl ALONE/episodes.jsonl [--json]
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -61,18 +65,26 @@ def compare_overrides(with_memory: Path, alone: Path) -> dict[str, Any]:
     mem, solo = _outcomes(with_memory), _outcomes(alone)
     seeds = sorted(set(mem) & set(solo))
     table: dict[str, dict[str, Any]] = {
-        g: {"seeds": 0, "seeds_with_override": 0, "overrides": Counter()} for g in GROUPS.values()
+        g: {"seeds": 0, "seeds_with_override": 0, "overrides": Counter(), "model_p": []} for g in GROUPS.values()
     }
     for seed in seeds:
         group = GROUPS[mem[seed].success, solo[seed].success]
-        kinds = [evidence_kind(d) for d in _posteriors(mem[seed]) if d.get("memory_changed_argmax")]
+        overrides = [d for d in _posteriors(mem[seed]) if d.get("memory_changed_argmax")]
         row = table[group]
         row["seeds"] += 1
-        row["seeds_with_override"] += bool(kinds)
-        row["overrides"].update(kinds)
+        row["seeds_with_override"] += bool(overrides)
+        row["overrides"].update(evidence_kind(d) for d in overrides)
+        row["model_p"].extend(d["actions"][d["model_best"]]["model"] for d in overrides)
     return {
         "paired_seeds": len(seeds),
-        "groups": {g: r | {"overrides": dict(r["overrides"])} for g, r in table.items()},
+        "groups": {
+            g: {k: v for k, v in r.items() if k != "model_p"}
+            | {
+                "overrides": dict(r["overrides"]),
+                "model_p_median": round(statistics.median(r["model_p"]), 3) if r["model_p"] else None,
+            }
+            for g, r in table.items()
+        },
     }
 
 
@@ -87,10 +99,11 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     print(f"{result['paired_seeds']} paired seeds")
-    print(f"{'group':26s} {'seeds':>5s} {'overridden':>10s}  overrides by evidence")
+    print(f"{'group':26s} {'seeds':>5s} {'overridden':>10s} {'model p':>7s}  overrides by evidence")
     for group, row in result["groups"].items():
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(row["overrides"].items())) or "-"
-        print(f"{group:26s} {row['seeds']:5d} {row['seeds_with_override']:10d}  {kinds}")
+        p = "-" if row["model_p_median"] is None else f"{row['model_p_median']:.2f}"
+        print(f"{group:26s} {row['seeds']:5d} {row['seeds_with_override']:10d} {p:>7s}  {kinds}")
 
 
 if __name__ == "__main__":

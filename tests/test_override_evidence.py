@@ -57,7 +57,13 @@ def test_overrides_are_counted_by_paired_outcome(tmp_path):
     result = compare_overrides(with_memory, alone)
     groups = result["groups"]
     assert result["paired_seeds"] == 4
-    assert groups["memory won, alone lost"] == {"seeds": 1, "seeds_with_override": 1, "overrides": {"untried": 1}}
-    assert groups["memory lost, alone won"] == {"seeds": 1, "seeds_with_override": 1, "overrides": {"supported": 2}}
-    assert groups["both won"] == {"seeds": 1, "seeds_with_override": 0, "overrides": {}}
+    assert groups["memory won, alone lost"] == {
+        "seeds": 1,
+        "seeds_with_override": 1,
+        "overrides": {"untried": 1},
+        "model_p_median": 0.7,
+    }
+    assert groups["memory lost, alone won"]["overrides"] == {"supported": 2}
+    assert groups["memory lost, alone won"]["seeds_with_override"] == 1
+    assert groups["both won"] == {"seeds": 1, "seeds_with_override": 0, "overrides": {}, "model_p_median": None}
     assert groups["both lost"]["overrides"] == {"thin": 1}

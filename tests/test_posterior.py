@@ -17,6 +17,7 @@ from crl.agent.posterior import (
     state_baseline,
 )
 from crl.memory.retrieval.config import RetrievalConfig
+from crl.memory.retrieval.episodic_control import played_by
 from tests.retrieval_fixtures import step_record
 
 CFG = RetrievalConfig()
@@ -244,3 +245,60 @@ def test_where_everything_tried_lost_the_untried_action_wins():
     )
     assert optimistic.chosen == "go west"
     assert optimistic.to_dict()["explore_untried"] is True
+
+
+# --- experience of other actors (other_actor_weight) ------------------------------------------
+
+BASE = "smollm2-135m-instruct"
+ADAPTED = "smollm2-135m-instruct+sft-2"
+
+
+def _played(neighbours, model, adapter=None, source=None):
+    update = {"model": model, "adapter": adapter} | ({"source": source} if source else {})
+    return [(step.model_copy(update=update), sim) for step, sim in neighbours]
+
+
+def test_played_by_matches_the_actor_key_however_the_run_named_it():
+    ((step, _),) = _played(
+        _votes(("take key", "success", 0, 1.0)), "smollm2-135m-instruct+sft-2", "/h/adapters/sft-2/adapter"
+    )
+    assert played_by(step, ADAPTED)
+    assert not played_by(step, BASE)
+    assert not played_by(step.model_copy(update={"model": ""}), ADAPTED)
+    assert not played_by(step.model_copy(update={"source": "synthetic"}), ADAPTED)
+
+
+def test_other_actors_votes_are_scaled_in_values_baseline_and_support():
+    base_steps = _played(_votes(("go north", "failure", 1, 1.0), ("go north", "failure", 1, 1.0)), BASE)
+    own_steps = _played(_votes(("go north", "success", 1, 1.0)), ADAPTED)
+    neighbours = base_steps + own_steps
+    full = memory_advantages(neighbours, ["go north"], CFG, actor=ADAPTED)
+    assert full["go north"].support == pytest.approx(3.0)
+    assert full["go north"].q == pytest.approx(-0.9 / 3)
+    scaled = memory_advantages(neighbours, ["go north"], CFG, actor=ADAPTED, other_actor_weight=0.25)
+    assert scaled["go north"].support == pytest.approx(1.5)
+    assert scaled["go north"].q == pytest.approx((0.9 - 2 * 0.25 * 0.9) / 1.5)
+    assert state_baseline(neighbours, CFG, actor=ADAPTED, other_actor_weight=0.25)[1] == pytest.approx(1.5)
+    only_own = memory_advantages(
+        neighbours, ["go north", "look"], CFG, untried=0.1, actor=ADAPTED, other_actor_weight=0
+    )
+    assert only_own["go north"].q == pytest.approx(0.9) and only_own["go north"].n == 1
+    assert only_own["look"].support == pytest.approx(1.0)
+
+
+def test_without_own_experience_weight_zero_leaves_the_model_alone():
+    base_steps = _played(_votes(*[("look", "success", 0, 1.0)] * 4, *[("take key", "failure", 2, 1.0)] * 4), BASE)
+    prior = {"take key": 0.7, "look": 0.3}
+    trusting = decide(
+        prior, memory_advantages(base_steps, list(prior), CFG, untried=0.1, actor=ADAPTED), PosteriorConfig()
+    )
+    assert trusting.chosen == "look"
+    own_only = memory_advantages(base_steps, list(prior), CFG, untried=0.1, actor=ADAPTED, other_actor_weight=0)
+    assert own_only == {}
+    assert decide(prior, own_only, PosteriorConfig()).chosen == "take key"
+    assert memory_advantages(base_steps, list(prior), CFG, actor=BASE, other_actor_weight=0)["look"].n == 4
+
+
+def test_other_actor_weight_must_be_a_share():
+    with pytest.raises(ValueError, match="other_actor_weight"):
+        PosteriorConfig(other_actor_weight=1.5)

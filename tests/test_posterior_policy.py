@@ -133,6 +133,27 @@ def test_the_run_report_counts_memory_overrides_and_explain_shows_the_posterior(
     assert "posterior (beta 1, alpha 0.25" in text and "chosen" in text and "model's argmax" in text
 
 
+def test_other_actor_weight_zero_keeps_another_actors_experience_out_of_the_decision(crl_home):
+    """The same looking model under another name (another actor) replays the seed: with
+    `other_actor_weight` 0 the stored plays (by "scripted") give it no advantages, so the model
+    decides every step; at the default 1 memory steers it as before."""
+    mem, _, _ = looker_after_a_failure_and_a_success(crl_home)
+    plan = solve(fold_seeds("keyroom/key", "train", 1)[0], "key")
+    stranger = ScriptedModel(
+        lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in plan}), name="scripted+sft-9"
+    )
+
+    def with_weight(w):
+        posterior = mem.agent.posterior.model_copy(update={"other_actor_weight": w})
+        return mem.model_copy(update={"agent": mem.agent.model_copy(update={"posterior": posterior})})
+
+    alone = start_run(with_weight(0.0), "keyroom/key", 1, model=stranger, kind="eval").episodes[0]
+    assert {st.decided_by for st in alone.steps} <= {"llm", "repeat-avoidance"}
+    assert all(not st.extra.policy.posterior["actions"][st.action].get("memory") for st in alone.steps)
+    steered = start_run(with_weight(1.0), "keyroom/key", 1, model=stranger, kind="eval").episodes[0]
+    assert steered.success and any(st.decided_by == "memory" for st in steered.steps)
+
+
 def test_the_steps_behind_a_memory_choice_are_credited_when_the_episode_ends(crl_home):
     mem, looker, solved = looker_after_a_failure_and_a_success(crl_home)
     start_run(mem, "keyroom/key", 1, model=looker)

@@ -53,6 +53,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crl.memory.actors import actor_key
 from crl.memory.purpose import for_purpose
 from crl.memory.records import StepRecord
 from crl.memory.retrieval.config import RetrievalConfig
@@ -141,9 +142,21 @@ def vote_weight(similarity: float, min_similarity: float) -> float:
     return min(1.0, max(0.0, (similarity - min_similarity) / (1.0 - min_similarity)))
 
 
-def source_weight(step: StepRecord, synthetic_weight: float) -> float:
-    """The factor a stored step's vote counts with: `synthetic_weight` for a synthetic step, else 1."""
-    return synthetic_weight if step.source == "synthetic" else 1.0
+def source_weight(
+    step: StepRecord, synthetic_weight: float, actor: str | None = None, other_actor_weight: float = 1.0
+) -> float:
+    """The factor a stored step's vote counts with: `synthetic_weight` for a synthetic step, times
+    `other_actor_weight` when `actor` is given and the step was played by another actor (or is
+    synthetic, which no actor played), else 1."""
+    factor = synthetic_weight if step.source == "synthetic" else 1.0
+    if actor is not None and other_actor_weight != 1.0 and not played_by(step, actor):
+        factor *= other_actor_weight
+    return factor
+
+
+def played_by(step: StepRecord, actor: str) -> bool:
+    """Whether `actor` (`memory.actors.actor_key`) played the stored step."""
+    return step.source != "synthetic" and bool(step.model) and actor_key(step.model, step.adapter) == actor
 
 
 def step_return(step: StepRecord, config: RetrievalConfig) -> float | None:
@@ -188,6 +201,8 @@ def defended_votes(
     config: RetrievalConfig,
     synthetic_weight: float = 1.0,
     actions_of: dict[str, list[str]] | None = None,
+    actor: str | None = None,
+    other_actor_weight: float = 1.0,
 ) -> list[Vote]:
     """The votes of the `config.ec_neighbours` nearest stored steps, with the poisoning defences of
     `memory.retrieval.influence` applied (those switched on): unverified successes dropped before
@@ -197,6 +212,8 @@ def defended_votes(
     Args:
         actions_of: step id -> the admissible actions it votes for (the outlier check compares
             votes for the same action; without it, for the same normalised stored action).
+        actor, other_actor_weight: steps another actor played vote with `other_actor_weight`
+            (`source_weight`); None: every actor's steps count alike.
     """
     verified_only = config.defence("verified_only")
     if verified_only:
@@ -204,7 +221,9 @@ def defended_votes(
     nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
     votes: list[Vote] = []
     for step, sim in nearest:
-        w = vote_weight(sim, config.ec_min_similarity) * source_weight(step, synthetic_weight)
+        w = vote_weight(sim, config.ec_min_similarity) * source_weight(
+            step, synthetic_weight, actor, other_actor_weight
+        )
         r = step_return(step, config)
         if w <= 0 or r is None:
             continue
@@ -223,6 +242,8 @@ def action_values(
     admissible: Sequence[str],
     config: RetrievalConfig,
     synthetic_weight: float = 1.0,
+    actor: str | None = None,
+    other_actor_weight: float = 1.0,
 ) -> dict[str, ActionValue]:
     """Values of the admissible actions from stored steps near the current state.
 
@@ -231,6 +252,7 @@ def action_values(
             the `config.ec_neighbours` most similar vote.
         admissible: the actions the task accepts now.
         synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
+        actor, other_actor_weight: as in `defended_votes`.
 
     Returns:
         The admissible actions that got at least one vote, best first by value shrunk toward
@@ -244,7 +266,7 @@ def action_values(
         step.id: [a for a, _ in _matches(normalise_action(step.action), by_norm, by_shape, config.ec_partial_weight)]
         for step, _ in neighbours
     }
-    votes = defended_votes(neighbours, config, synthetic_weight, actions_of)
+    votes = defended_votes(neighbours, config, synthetic_weight, actions_of, actor, other_actor_weight)
     per_action: dict[str, list[tuple[Vote, float]]] = {}
     for vote in votes:
         for action, m in _matches(normalise_action(vote.step.action), by_norm, by_shape, config.ec_partial_weight):
@@ -434,7 +456,11 @@ def same_task_steps(neighbours: Sequence[tuple[StepRecord, float]], task: str) -
 
 
 def state_baseline(
-    neighbours: Sequence[tuple[StepRecord, float]], config: RetrievalConfig, synthetic_weight: float = 1.0
+    neighbours: Sequence[tuple[StepRecord, float]],
+    config: RetrievalConfig,
+    synthetic_weight: float = 1.0,
+    actor: str | None = None,
+    other_actor_weight: float = 1.0,
 ) -> tuple[float, float]:
     """What followed any action from the nearest stored states: (support-weighted mean return, support).
 
@@ -442,7 +468,7 @@ def state_baseline(
     by `vote_weight` (and `synthetic_weight` if synthetic), whatever its action, under the same
     defences (`defended_votes`, and the source cap over the whole state); (0, 0) when none votes.
     """
-    votes = defended_votes(neighbours, config, synthetic_weight)
+    votes = defended_votes(neighbours, config, synthetic_weight, actor=actor, other_actor_weight=other_actor_weight)
     by_source: dict[str, float] = {}
     for v in votes:
         by_source[v.source] = by_source.get(v.source, 0.0) + v.weight
@@ -463,6 +489,8 @@ def memory_advantages(
     untried: float | None = None,
     synthetic_weight: float = 1.0,
     purpose: str | None = None,
+    actor: str | None = None,
+    other_actor_weight: float = 1.0,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -479,6 +507,9 @@ def memory_advantages(
         synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
         purpose: when given (instead of `task`), only steps that worked toward this sub-goal vote,
             from any task of the family, each valued by whether it reached it (`memory.purpose`).
+        actor, other_actor_weight: the actor now playing; steps another actor played vote with
+            `other_actor_weight` (their returns say how *that* actor went on from here, off-policy
+            evidence for this one), in the values, the baseline and the support behind both.
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -491,10 +522,12 @@ def memory_advantages(
         neighbours = for_purpose(neighbours, purpose)
     elif task is not None:
         neighbours = same_task_steps(neighbours, task)
-    baseline, state_support = state_baseline(neighbours, config, synthetic_weight)
+    baseline, state_support = state_baseline(neighbours, config, synthetic_weight, actor, other_actor_weight)
     found = {
         action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint)
-        for action, v in action_values(neighbours, admissible, config, synthetic_weight).items()
+        for action, v in action_values(
+            neighbours, admissible, config, synthetic_weight, actor, other_actor_weight
+        ).items()
     }
     if untried is None or state_support <= 0:
         return found
