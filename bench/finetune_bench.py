@@ -247,7 +247,7 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     def folder_of(adapter_id: str | None) -> Path | None:
         return registry.adapter_dir(adapter_id) if adapter_id else None
 
-    def evaluate(name: str, adapter_id: str | None, memory: bool, policy: str = args.policy) -> None:
+    def evaluate(name: str, adapter_id: str | None, memory: bool, policy: str = args.policy, aligned: int = 0) -> None:
         episodes = args.eval_memory if memory else args.eval
         if not episodes:
             return
@@ -260,6 +260,7 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
             adapter=adapter_id,
             dev_episodes=episodes,
             policy=policy,
+            **({"aligned": aligned} if aligned else {}),
         )
         if name == "random":
             return
@@ -303,7 +304,31 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
             if model is not None:
                 model.close()
 
-    def train(kind: str, name: str, parent: str | None) -> str | None:
+    def align(name: str, adapter_id: str, round_no: int) -> int:
+        """The new adapter plays `--align` train episodes with memory, stored, before it is judged with
+        memory: memory's values then hold its own experience, not only that of the actors before it."""
+        if not args.align:
+            return 0
+        seed_start = max(args.sft_rounds, 3) * args.collect + (round_no - 1) * args.align
+
+        def play() -> dict:
+            t = time.perf_counter()
+            model = LocalChatModel(base, adapter=folder_of(adapter_id), dtype="bf16")
+            try:
+                s = start_run(settings, args.task, args.align, seed_start=seed_start, model=model).summary
+            finally:
+                model.close()
+            return {
+                "successes": s.successes,
+                "episodes": s.finished,
+                "env_steps": s.steps,
+                "wall_seconds": round(time.perf_counter() - t, 1),
+            }
+
+        log.run(f"align {name}", play, adapter=adapter_id, fold="train", seeds=[seed_start, seed_start + args.align])
+        return args.align
+
+    def train(kind: str, name: str, parent: str | None, round_no: int) -> str | None:
         """Build, train, evaluate and gate one round; the adapter's id if the gate promoted it."""
         folder = home / "datasets" / (name.replace(" ", "-") + (f"-on-{parent}" if parent else ""))
 
@@ -344,7 +369,7 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
             return None
         adapter_id = log.run(f"{name} train", fit, parent=parent, **data)["adapter"]
         evaluate(name, adapter_id, memory=False)
-        evaluate(name, adapter_id, memory=True)
+        evaluate(name, adapter_id, memory=True, aligned=align(name, adapter_id, round_no))
 
         def gate() -> dict:
             decision = _gate(home, config, adapter_id, args.task, plain)
@@ -359,9 +384,9 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     for round_no in range(1, args.sft_rounds + 1):
         collect(round_no, promoted)
         evaluate("base" if round_no == 1 else f"base round {round_no}", None, memory=True)
-        promoted = train("sft", f"sft {round_no}", parent=None) or promoted
+        promoted = train("sft", f"sft {round_no}", parent=None, round_no=round_no) or promoted
     if args.dpo_steps and promoted:
-        train("dpo", "dpo", parent=promoted)
+        train("dpo", "dpo", parent=promoted, round_no=args.sft_rounds + 1)
     return log.rows
 
 
@@ -436,6 +461,13 @@ def main() -> None:
         choices=["keep", "strip", "skip"],
         help="train on prompts with their memory section (keep) or without it (strip: the adapter "
         "internalises what memory taught, and is judged without memory)",
+    )
+    ap.add_argument(
+        "--align",
+        type=int,
+        default=0,
+        help="train episodes each new adapter plays with memory (stored) before its evaluation with memory, "
+        "so memory holds the new actor's own experience (0: none)",
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
