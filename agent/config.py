@@ -99,7 +99,7 @@ class PosteriorSettings(BaseModel):
         ge=0,
         le=1,
         description="The factor on votes of stored steps another actor played (base model, older adapter, "
-        "synthesis): off-policy evidence for the acting model. 1: every actor alike; 0: its own steps only.",
+        "synthesis): off-policy evidence for the acting model. 1: every actor alike; 0: only its own steps among the nearest vote.",
     )
     candidates: int = Field(
         12,

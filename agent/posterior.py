@@ -93,7 +93,7 @@ class PosteriorConfig:
         metadata={
             "help": "The factor on the votes of stored steps another actor played (another adapter, the base "
             "model, synthesis): their returns say how that actor went on, off-policy for this one. 1 counts "
-            "every actor alike; 0 values actions by the acting model's own experience only."
+            "every actor alike; 0 lets only the acting model's own steps among the `ec_neighbours` nearest vote."
         },
     )
 
