@@ -312,12 +312,13 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         seed_start = max(args.sft_rounds, 3) * args.collect + (round_no - 1) * args.align
 
         def play() -> dict:
+            from crl.agent.finetuning import play_with_adapter
+
             t = time.perf_counter()
-            model = LocalChatModel(base, adapter=folder_of(adapter_id), dtype="bf16")
-            try:
-                s = start_run(settings, args.task, args.align, seed_start=seed_start, model=model).summary
-            finally:
-                model.close()
+            folder = folder_of(adapter_id)
+            s = play_with_adapter(
+                settings, args.task, args.align, folder, base=str(base), seed_start=seed_start
+            ).summary
             return {
                 "successes": s.successes,
                 "episodes": s.finished,
