@@ -11,6 +11,7 @@ from crl.memory.actors import actor_key
 from crl.memory.records import EpisodeRecord, StepRecord
 from crl.memory.retrieval.credit import credit_episode
 from crl.memory.retrieval.episodic_control import (
+    ActionIndex,
     MemoryAdvantage,
     choose_memory,
     choose_mixed,
@@ -22,7 +23,6 @@ from crl.memory.storage.outage import ServerUnavailable
 from crl.memory.trajectory import Episode
 from crl.prompts.budget import BudgetItem
 from crl.prompts.memory_text import CaseView, render_case, render_hint
-from crl.tasks.actions import normalise_action
 
 MemoryMode = Literal["off", "cases", "steps", "full"]
 Policy = Literal["llm", "memory", "mixed", "posterior"]
@@ -143,19 +143,21 @@ class MemoryAdvisor:
             purpose=pack.purpose if purposeful else None,
             actor=actor,
             other_actor_weight=other_actor_weight,
+            roles=pack.roles,
         )
 
     def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:
         """The stored steps whose votes make memory's advantage for `action` here (credited when
         the episode ends, like the memories a prompt used): of the pack's purpose when it has one
         and `task` is given (as `advantages` with `same_task`), else of `task` (None: any)."""
-        wanted = normalise_action(action)
         if task is not None and pack.purpose_neighbours is not None:
             pool = list(pack.purpose_neighbours)  # fetched with the purpose filter
         else:
             pool = [(step, sim) for step, sim in pack.neighbours if task is None or step.task == task]
-        nearest = sorted(pool, key=lambda n: (-n[1], n[0].id))[: self.retriever.config.ec_neighbours]
-        return [step.id for step, _ in nearest if normalise_action(step.action) == wanted]
+        config = self.retriever.config
+        nearest = sorted(pool, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
+        index = ActionIndex([action], 0.0, pack.roles if config.ec_action_roles else None)
+        return [step.id for step, _ in nearest if index.matches(step)]
 
     def wants_model(self, admissible: Sequence[str] | None) -> bool:
         """Whether the model is asked at all (the memory policy acts alone where it can)."""

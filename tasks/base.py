@@ -90,6 +90,10 @@ class TaskSpec:
     default; the agent resolves them, the task only names them. `uses_judge`: the factory takes
     `judge=` (a function sending one prompt to a model and returning its reply) and `judge_model=`
     (that model's name), for tasks whose success an LLM judges; the agent passes the run's model.
+    `action_role`: `(observation, action) -> role or None`, what an action does relative to what
+    the player sees, in words that hold in every world of the task ("go through the open door"
+    where the compass word differs from world to world); episodic control matches stored actions
+    to admissible ones by role where both have one (`memory.retrieval.action_roles`).
     """
 
     name: str
@@ -102,6 +106,7 @@ class TaskSpec:
     subtasks: dict[str, str] = field(default_factory=dict)
     tools: tuple[str, ...] = ()
     uses_judge: bool = False
+    action_role: Callable[[str, str], str | None] | None = None
 
     @property
     def family(self) -> str:

@@ -29,6 +29,7 @@ from crl.tasks.keyroom_world import (
     OPEN,
     State,
     World,
+    action_role,
     admissible_actions,
     apply_action,
     describe,
@@ -278,6 +279,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         max_steps=_variant.max_steps,
         subgoal_order=SUBGOAL_ORDER,
         subtasks={skill: f"{FAMILY}/{skill}" for skill in SUBGOAL_ORDER if skill != _variant.name},
+        action_role=action_role,
     )
     for _variant in VARIANTS.values()
 )

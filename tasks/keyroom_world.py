@@ -322,3 +322,30 @@ def _exit_phrase(world: World, state: State, direction: str, to: int) -> str:
     if state.door == OPEN:
         return f"{direction} through the open {world.door_name} to the {world.rooms[to]}"
     return f"{direction} through a {state.door} {world.door_name}"
+
+
+OPEN_DOOR_ROLE = "go through the open door"
+
+
+def action_role(observation: str, action: str) -> str | None:
+    """What `action` does relative to the room described in `observation`, in words that hold in
+    every world: "go through the open door" for the move through the open door (its compass word
+    differs from world to world), None for every other action (their text already means the same
+    everywhere, or, for a plain exit, nothing the description says tells one from another).
+
+    Reads the last "Exits:" line `describe` wrote, so it works on stored observations too.
+
+    Example:
+        >>> action_role("You are in the hall.\\nExits: east through the open oak door to the attic; west to the cellar.", "go east")
+        'go through the open door'
+    """
+    verb, _, direction = " ".join(action.lower().split()).partition(" ")
+    if verb != "go" or direction not in DIRECTIONS:
+        return None
+    exits = next((line for line in reversed(observation.splitlines()) if line.startswith("Exits: ")), None)
+    if exits is None:
+        return None
+    for phrase in exits.removeprefix("Exits: ").rstrip(".").split("; "):
+        if phrase.startswith(f"{direction} through the open "):
+            return OPEN_DOOR_ROLE
+    return None

@@ -131,6 +131,10 @@ class RetrievalConfig(BaseModel):
         le=1,
         description="Weight of a stored action matching an admissible one by verb and last word only (take brass key ~ take iron key); 0 maps exact text only.",
     )
+    ec_action_roles: bool = Field(
+        True,
+        description="Match stored actions to admissible ones by the role the task gives them (TaskSpec.action_role: 'go through the open door' in any world) where both have one; false matches by text only.",
+    )
     ec_optimism: float = Field(
         0.1,
         ge=-1,

@@ -10,7 +10,10 @@ of the same task family whose states are nearest (k = `ec_neighbours`):
             `ec_min_similarity` (a state identical to the query votes with 1)
     m_i(a)  1 when step i's action is a (same text after `normalise_action`),
             `ec_partial_weight` when it only shares the verb and the last word
-            ("take brass key" votes for "take iron key"), else 0
+            ("take brass key" votes for "take iron key"), else 0; where the task declares
+            action roles (`memory.retrieval.action_roles`), a stored action that had a role
+            matches the admissible actions with the same role instead ("go east" through the
+            open door there votes for "go north" through the open door here)
     r_i     what followed step i:
               invalid action                        -> -ec_invalid_penalty
               repeated after the same observation   -> -ec_loop_penalty
@@ -56,6 +59,7 @@ from typing import Any
 from crl.memory.actors import actor_key
 from crl.memory.purpose import for_purpose
 from crl.memory.records import StepRecord
+from crl.memory.retrieval.action_roles import ActionRoles
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.influence import Vote, cap_shares, counts_as_success, flag_outliers, is_verified, source_of
 from crl.tasks.actions import normalise_action
@@ -174,26 +178,46 @@ def step_return(step: StepRecord, config: RetrievalConfig) -> float | None:
     return max(outcome, config.ec_subgoal_value * config.ec_gamma**step.subgoal_in)
 
 
-def _matches(stored: str, by_norm: dict[str, list[str]], by_shape: dict[tuple[str, str], list[str]], partial: float):
-    exact = by_norm.get(stored)
-    if exact:
-        return [(a, 1.0) for a in exact]
-    words = stored.split()
-    if partial <= 0 or len(words) < 2:
-        return []
-    return [(a, partial) for a in by_shape.get((words[0], words[-1]), [])]
+class ActionIndex:
+    """The admissible actions, indexed for matching stored actions to them (`m_i(a)` above).
 
+    With `roles` (`memory.retrieval.action_roles`), a stored step whose action had a role votes for
+    the admissible actions with that role, with weight 1; otherwise it votes by text for those
+    without one: exact text after `normalise_action` with weight 1, else verb and last word with
+    weight `partial`.
+    """
 
-def _admissible_index(admissible: Sequence[str]):
-    by_norm: dict[str, list[str]] = {}
-    by_shape: dict[tuple[str, str], list[str]] = {}
-    for a in dict.fromkeys(admissible):
-        norm = normalise_action(a)
-        by_norm.setdefault(norm, []).append(a)
-        words = norm.split()
-        if len(words) >= 2:
-            by_shape.setdefault((words[0], words[-1]), []).append(a)
-    return by_norm, by_shape
+    def __init__(self, admissible: Sequence[str], partial: float, roles: ActionRoles | None = None):
+        self.partial = partial
+        self.roles = roles
+        self.by_norm: dict[str, list[str]] = {}
+        self.by_shape: dict[tuple[str, str], list[str]] = {}
+        self.by_role: dict[str, list[str]] = {}
+        for a in dict.fromkeys(admissible):
+            role = roles.current(a) if roles is not None else None
+            if role:
+                self.by_role.setdefault(role, []).append(a)
+                continue
+            norm = normalise_action(a)
+            self.by_norm.setdefault(norm, []).append(a)
+            words = norm.split()
+            if len(words) >= 2:
+                self.by_shape.setdefault((words[0], words[-1]), []).append(a)
+
+    def matches(self, step: StepRecord) -> list[tuple[str, float]]:
+        """(admissible action, match weight) for each action the stored step votes for."""
+        if self.roles is not None:
+            role = self.roles.stored(step.observation, step.action)
+            if role:
+                return [(a, 1.0) for a in self.by_role.get(role, [])]
+        stored = normalise_action(step.action)
+        exact = self.by_norm.get(stored)
+        if exact:
+            return [(a, 1.0) for a in exact]
+        words = stored.split()
+        if self.partial <= 0 or len(words) < 2:
+            return []
+        return [(a, self.partial) for a in self.by_shape.get((words[0], words[-1]), [])]
 
 
 def defended_votes(
@@ -244,6 +268,7 @@ def action_values(
     synthetic_weight: float = 1.0,
     actor: str | None = None,
     other_actor_weight: float = 1.0,
+    roles: ActionRoles | None = None,
 ) -> dict[str, ActionValue]:
     """Values of the admissible actions from stored steps near the current state.
 
@@ -253,6 +278,8 @@ def action_values(
         admissible: the actions the task accepts now.
         synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
         actor, other_actor_weight: as in `defended_votes`.
+        roles: the task's action roles in the current state (`ActionIndex`); ignored when
+            `config.ec_action_roles` is off.
 
     Returns:
         The admissible actions that got at least one vote, best first by value shrunk toward
@@ -261,15 +288,13 @@ def action_values(
         count with `outlier_weight`, and no source holds more than `max_source_share` of an
         action's support.
     """
-    by_norm, by_shape = _admissible_index(admissible)
-    actions_of = {
-        step.id: [a for a, _ in _matches(normalise_action(step.action), by_norm, by_shape, config.ec_partial_weight)]
-        for step, _ in neighbours
-    }
+    index = ActionIndex(admissible, config.ec_partial_weight, roles if config.ec_action_roles else None)
+    matched = {id(step): index.matches(step) for step, _ in neighbours}
+    actions_of = {step.id: [a for a, _ in matched[id(step)]] for step, _ in neighbours}
     votes = defended_votes(neighbours, config, synthetic_weight, actions_of, actor, other_actor_weight)
     per_action: dict[str, list[tuple[Vote, float]]] = {}
     for vote in votes:
-        for action, m in _matches(normalise_action(vote.step.action), by_norm, by_shape, config.ec_partial_weight):
+        for action, m in matched[id(vote.step)]:
             per_action.setdefault(action, []).append((vote, m))
     acc: dict[str, ActionValue] = {}
     share = config.source_share
@@ -491,6 +516,7 @@ def memory_advantages(
     purpose: str | None = None,
     actor: str | None = None,
     other_actor_weight: float = 1.0,
+    roles: ActionRoles | None = None,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -510,6 +536,7 @@ def memory_advantages(
         actor, other_actor_weight: the actor now playing; steps another actor played vote with
             `other_actor_weight` (their returns say how *that* actor went on from here, off-policy
             evidence for this one), in the values, the baseline and the support behind both.
+        roles: the task's action roles in the current state, as in `action_values`.
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -526,7 +553,7 @@ def memory_advantages(
     found = {
         action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint)
         for action, v in action_values(
-            neighbours, admissible, config, synthetic_weight, actor, other_actor_weight
+            neighbours, admissible, config, synthetic_weight, actor, other_actor_weight, roles
         ).items()
     }
     if untried is None or state_support <= 0:

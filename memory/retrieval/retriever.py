@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from crl.memory.records import RULE_SCOPE_ALL, StepRecord, state_text
+from crl.memory.retrieval.action_roles import ActionRoles, roles_for
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.credit import family_success_rate
 from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, relevance
@@ -119,6 +120,8 @@ class ContextPack:
             `memory_advantages` along with `neighbours`); 1 when none was retrieved.
         purpose / purpose_neighbours: the query's purpose and the nearest steps stored while
             working toward it (None when the query named none), for skill-conditioned values.
+        roles: the task's action roles in the query's state (`memory.retrieval.action_roles`),
+            None when the task declares none; pass it to `memory_advantages` with `neighbours`.
     """
 
     query_text: str
@@ -133,6 +136,7 @@ class ContextPack:
     synthetic_weight: float = 1.0
     purpose: str | None = None
     purpose_neighbours: list[tuple[StepRecord, float]] | None = field(default=None, repr=False)
+    roles: ActionRoles | None = field(default=None, repr=False)
 
     def used_ids(self) -> list[str]:
         """Ids of the memories put into the prompt: successes, failures, hints and rules."""
@@ -369,7 +373,10 @@ class Retriever:
                 if queries[i].admissible:
                     near = [(h.record, h.similarity) for h in got.neighbours[row] if isinstance(h.record, StepRecord)]
                     pack.neighbours = near
-                    pack.action_values = action_values(near, queries[i].admissible, cfg, got.synthetic_weight)
+                    pack.roles = roles_for(queries[i].task, queries[i].observation)
+                    pack.action_values = action_values(
+                        near, queries[i].admissible, cfg, got.synthetic_weight, roles=pack.roles
+                    )
                     if queries[i].purpose:
                         pack.purpose = queries[i].purpose
                         pack.purpose_neighbours = purposeful[i]
