@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskError, TaskSpec
@@ -39,6 +40,9 @@ class UserTask:
         folds: the train/dev/test seed ranges (`SeedFolds()` by default).
         tools: references (`module:function`) of the tools the agent is offered.
         goal: the goal `observe` reports when the episode gave none.
+        action_role: optional `(observation, action) -> role or None` (a staticmethod): what an
+            action does relative to what the player sees, in words that hold in every episode
+            (`TaskSpec.action_role`; memory then matches stored actions by role).
     """
 
     name: ClassVar[str] = ""
@@ -47,6 +51,7 @@ class UserTask:
     folds: ClassVar[SeedFolds] = SeedFolds()
     tools: ClassVar[tuple[str, ...]] = ()
     goal: ClassVar[str] = ""
+    action_role: ClassVar[Callable[[str, str], str | None] | None] = None
 
     def reset(self, seed: int) -> Observation:
         """Start the episode of `seed` and return what the agent sees first."""
@@ -91,4 +96,5 @@ class UserTask:
             folds=cls.folds,
             max_steps=cls.max_steps,
             tools=tuple(cls.tools),
+            action_role=cls.action_role,
         )

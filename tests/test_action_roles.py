@@ -52,6 +52,7 @@ def test_a_stored_move_through_the_door_votes_for_the_door_here_not_for_its_comp
     values = action_values(stored, here.admissible_actions, RetrievalConfig(), roles=roles)
     assert set(values) == {here_move}
     assert values[here_move].successes == 3
+    assert values[here_move].hint.startswith(f"{here_move} ({OPEN_DOOR_ROLE})")
     by_text = action_values(stored, here.admissible_actions, RetrievalConfig(ec_action_roles=False), roles=roles)
     assert set(by_text) == {stored_move}  # the old behaviour: a plain exit here gets the door's votes
 
@@ -84,3 +85,19 @@ def test_evidence_ids_credit_the_stored_steps_whose_role_matched():
     advisor.retriever = type("R", (), {"config": RetrievalConfig()})()
     assert advisor.evidence_ids(pack, here_move) == [near[0][0].id]
     assert advisor.evidence_ids(pack, stored_move) == []
+
+
+def test_a_user_task_declares_roles_with_a_staticmethod():
+    from crl.tasks.user_task import UserTask
+
+    class Doors(UserTask):
+        name = "doors/one"
+
+        @staticmethod
+        def action_role(observation, action):
+            return "leave" if action == "go " + observation.split()[-1] else None
+
+    spec = Doors.spec()
+    assert spec.action_role("exit west", "go west") == "leave"
+    assert spec.action_role("exit west", "go east") is None
+    assert UserTask.action_role is None

@@ -82,6 +82,8 @@ class ActionValue:
         unverified / unverified_successes: votes (and successes among them) whose outcome the
             environment did not verify; with `defended` (the defences were on) the hint leaves
             them out of its counts.
+        role: the action's role here when the task declares roles and it has one (the stored
+            steps behind the value matched it by role); the hint names it.
     """
 
     action: str
@@ -98,6 +100,7 @@ class ActionValue:
     unverified: int = 0
     unverified_successes: int = 0
     defended: bool = False
+    role: str | None = None
 
     def shrunk(self, prior: float, weight: float) -> float:
         """The value pulled toward `prior` as if `weight` more support voted for it."""
@@ -129,10 +132,11 @@ class ActionValue:
         crowd of forged claims never reads as strong evidence."""
         from crl.prompts.memory_text import render_action_value
 
+        action = f"{self.action} ({self.role})" if self.role else self.action
         if not (self.defended and self.unverified):
-            return render_action_value(self.action, self.successes, self.n, self.invalid, self.repeated)
+            return render_action_value(action, self.successes, self.n, self.invalid, self.repeated)
         return render_action_value(
-            self.action,
+            action,
             self.successes - self.unverified_successes,
             self.n - self.unverified,
             self.invalid,
@@ -193,10 +197,12 @@ class ActionIndex:
         self.by_norm: dict[str, list[str]] = {}
         self.by_shape: dict[tuple[str, str], list[str]] = {}
         self.by_role: dict[str, list[str]] = {}
+        self.role_of: dict[str, str] = {}
         for a in dict.fromkeys(admissible):
             role = roles.current(a) if roles is not None else None
             if role:
                 self.by_role.setdefault(role, []).append(a)
+                self.role_of[a] = role
                 continue
             norm = normalise_action(a)
             self.by_norm.setdefault(norm, []).append(a)
@@ -303,7 +309,7 @@ def action_values(
         for vote, m in cast:
             by_source[vote.source] = by_source.get(vote.source, 0.0) + vote.weight * m
         factor = cap_shares(by_source, share, config.ec_prior_weight, {v.source for v, _ in cast if v.verified})
-        av = ActionValue(action, 0.0, 0.0, 0, 0, 0, defended=config.defences)
+        av = ActionValue(action, 0.0, 0.0, 0, 0, 0, defended=config.defences, role=index.role_of.get(action))
         total = 0.0
         for vote, m in cast:
             w = vote.weight * m * factor[vote.source]
