@@ -325,27 +325,35 @@ def _exit_phrase(world: World, state: State, direction: str, to: int) -> str:
 
 
 OPEN_DOOR_ROLE = "go through the open door"
+_KEY_VERBS = ("take", "drop", "examine")
 
 
 def action_role(observation: str, action: str) -> str | None:
-    """What `action` does relative to the room described in `observation`, in words that hold in
+    r"""What `action` does relative to the room described in `observation`, in words that hold in
     every world: "go through the open door" for the move through the open door (its compass word
-    differs from world to world), None for every other action (their text already means the same
-    everywhere, or, for a plain exit, nothing the description says tells one from another).
+    differs from world to world), "take the key" (and drop, examine, "unlock door with the key")
+    for the key whatever its metal; None for every other action: distractors are the world's own,
+    and for a plain exit nothing the description says tells one from another.
 
     Reads the last "Exits:" line `describe` wrote, so it works on stored observations too.
 
     Example:
-        >>> action_role("You are in the hall.\\nExits: east through the open oak door to the attic; west to the cellar.", "go east")
-        'go through the open door'
+        >>> room = "You are in the hall.\nExits: east through the open oak door to the attic; west to the cellar."
+        >>> action_role(room, "go east"), action_role(room, "go west"), action_role(room, "take iron key")
+        ('go through the open door', None, 'take the key')
     """
-    verb, _, direction = " ".join(action.lower().split()).partition(" ")
-    if verb != "go" or direction not in DIRECTIONS:
+    words = action.lower().split()
+    if len(words) >= 2 and words[-1] == "key":
+        if words[0] in _KEY_VERBS:
+            return f"{words[0]} the key"
+        if words[:3] == ["unlock", "door", "with"]:
+            return "unlock door with the key"
+    if len(words) != 2 or words[0] != "go" or words[1] not in DIRECTIONS:
         return None
     exits = next((line for line in reversed(observation.splitlines()) if line.startswith("Exits: ")), None)
     if exits is None:
         return None
     for phrase in exits.removeprefix("Exits: ").rstrip(".").split("; "):
-        if phrase.startswith(f"{direction} through the open "):
+        if phrase.startswith(f"{words[1]} through the open "):
             return OPEN_DOOR_ROLE
     return None

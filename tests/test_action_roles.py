@@ -37,7 +37,11 @@ def test_keyroom_role_names_the_move_through_the_open_door_only():
     obs, move = _door_open(0)
     roles = {a: action_role(obs.text, a) for a in obs.admissible_actions}
     assert roles[move] == OPEN_DOOR_ROLE
-    assert [a for a, r in roles.items() if r] == [move]
+    assert [a for a, r in roles.items() if r == OPEN_DOOR_ROLE] == [move]
+    moves = [a for a in obs.admissible_actions if a.startswith("go ") and a != move]
+    assert all(roles[a] is None for a in moves)
+    assert {r for a, r in roles.items() if a.endswith(" key")} <= {"drop the key", "examine the key"}
+    assert all(roles[a] is None for a in obs.admissible_actions if a.split()[0] in ("take", "drop") and "key" not in a)
     env = KeyroomEnv("compound")
     start = env.reset(0)
     assert all(action_role(start.text, a) is None for a in start.admissible_actions)  # door still locked
@@ -67,6 +71,24 @@ def test_a_plain_exit_stored_does_not_vote_for_the_door_spelled_the_same():
     assert here_move not in voted
     advantages = memory_advantages(near, here.admissible_actions, RetrievalConfig(), roles=roles)
     assert here_move not in advantages
+
+
+def test_the_key_is_the_key_in_every_world_and_distractors_match_only_by_their_own_name():
+    stored = [
+        (step_record("e0", 0, "take iron key", "success", length=3), 0.9),
+        (step_record("e1", 0, "take blue lamp", "success", length=3), 0.9),
+    ]
+    here = ["take brass key", "take red lamp", "take blue lamp"]
+    roles = ActionRoles(action_role, "You are in the hall.\nExits: north to the attic.")
+    values = action_values(stored, here, RetrievalConfig(), roles=roles)
+    assert set(values) == {"take brass key", "take blue lamp"}
+    assert values["take brass key"].support == values["take blue lamp"].support  # the key's match is whole
+    assert action_role("", "unlock door with iron key") == "unlock door with the key"
+    assert action_role("", "examine door") is None
+    elsewhere = ["take brass key", "take red lamp"]
+    assert set(action_values(stored, elsewhere, RetrievalConfig(), roles=roles)) == {"take brass key"}
+    without = action_values(stored, elsewhere, RetrievalConfig(), roles=None)
+    assert set(without) == {"take brass key", "take red lamp"}  # the verb-and-last-word guess, without roles
 
 
 def test_tasks_without_roles_match_by_text_as_before():
