@@ -13,8 +13,7 @@ of the same task family whose states are nearest (k = `ec_neighbours`):
             ("take brass key" votes for "take iron key"), else 0; where the task declares
             action roles (`memory.retrieval.action_roles`), a stored action that had a role
             matches the admissible actions with the same role instead ("go east" through the
-            open door there votes for "go north" through the open door here), and actions
-            without one match by exact text only
+            open door there votes for "go north" through the open door here)
     r_i     what followed step i:
               invalid action                        -> -ec_invalid_penalty
               repeated after the same observation   -> -ec_loop_penalty
@@ -187,15 +186,13 @@ class ActionIndex:
     """The admissible actions, indexed for matching stored actions to them (`m_i(a)` above).
 
     With `roles` (`memory.retrieval.action_roles`), a stored step whose action had a role votes for
-    the admissible actions with that role, with weight 1; otherwise it votes by exact text (after
-    `normalise_action`) for those without one: a task that declares roles has said what carries
-    across its worlds, so the verb-and-last-word guess is not made ("take blue lamp" in one world
-    is not "take red lamp" in another). Without roles: exact text with weight 1, else verb and last
-    word with weight `partial`.
+    the admissible actions with that role, with weight 1; otherwise it votes by text for those
+    without one: exact text after `normalise_action` with weight 1, else verb and last word with
+    weight `partial`.
     """
 
     def __init__(self, admissible: Sequence[str], partial: float, roles: ActionRoles | None = None):
-        self.partial = partial if roles is None else 0.0
+        self.partial = partial
         self.roles = roles
         self.by_norm: dict[str, list[str]] = {}
         self.by_shape: dict[tuple[str, str], list[str]] = {}
