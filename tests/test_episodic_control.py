@@ -177,7 +177,11 @@ def test_retriever_values_admissible_actions_from_the_bank(bank):
     )
     values = pack[0].action_values
     assert list(values)[0] == "take brass key"
-    assert values["take brass key"].hint == "take brass key → success 4 of 5"
+    assert (
+        values["take brass key"].hint == "take brass key (take the key) → success 4 of 5"
+    )  # keyroom names the key's role
     assert values["look"].value < 0 and values["look"].successes == 0
     assert pack[1].action_values == {}  # no admissible list, no values
-    assert pack[0].to_dict()["action_values"]["take brass key"]["hint"] == "take brass key → success 4 of 5"
+    assert (
+        pack[0].to_dict()["action_values"]["take brass key"]["hint"] == "take brass key (take the key) → success 4 of 5"
+    )
