@@ -17,6 +17,7 @@ from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, P
 from crl.prompts.budget import BudgetItem, TokenCount
 from crl.prompts.state import PromptHistory
 from crl.tasks.base import Observation, TextEnv
+from crl.tasks.situations import situation_of
 
 if TYPE_CHECKING:
     from crl.agent.tools.toolbox import Toolbox
@@ -64,6 +65,7 @@ class EpisodeSession:
         self.env = env
         self.tools = tools
         self.episode = episode
+        self._situation = situation_of(episode.task)
         self.config = config
         self._count = count
         self._count_messages = count_messages
@@ -96,16 +98,16 @@ class EpisodeSession:
 
                 replay_tool_step(self, step)
             elif step.valid and step.action:
-                self._tried.setdefault(self.observation.text, set()).add(step.action)
+                self._tried.setdefault(self.here(), set()).add(step.action)
                 obs, _, _, info = self.env.step(step.action)
                 self._advance(step.action, obs, step, info)
             elif step.action:  # the environment refused it: stepping again reproduces that
-                self._tried.setdefault(self.observation.text, set()).add(step.action)
+                self._tried.setdefault(self.here(), set()).add(step.action)
                 obs, _, _, info = self.env.step(step.action)
                 self._advance(step.action, obs, step, info)
             else:
                 raw_action = step.extra.raw_action or ""
-                self._tried.setdefault(self.observation.text, set()).add("invalid: " + normalise(raw_action))
+                self._tried.setdefault(self.here(), set()).add("invalid: " + normalise(raw_action))
                 self.history.unusable(raw_action, step.extra.feedback)
             self.episode.steps.append(step)
             self.tokens_used += step.prompt_tokens + step.completion_tokens
@@ -148,12 +150,17 @@ class EpisodeSession:
             return ""
         return "Thought:" if self.config.react else "Action:"
 
+    def here(self) -> str:
+        """The current situation (`crl.tasks.situations`): the observation, less what the task says
+        does not fix the state (keyroom's line on what the last action did)."""
+        return self._situation(self.observation.text)
+
     def tried_here(self) -> set[str]:
-        """Actions (and unusable replies) already tried in the current situation: after this same
-        observation, or, with `agent.loop_breaker` where the task lists its actions, with this same
+        """Actions (and unusable replies) already tried in the current situation: after an
+        observation of this same situation (`here`), or, with `agent.loop_breaker` where the task lists its actions, with this same
         list of actions and nothing changed by them (`examine door` twice: the second can only
         repeat the first)."""
-        tried = self._tried.get(self.observation.text, set())
+        tried = self._tried.get(self.here(), set())
         listed = self.observation.admissible_actions if self.config.loop_breaker else None
         no_ops = self._no_ops.get(tuple(sorted(listed)), set()) if listed else set()
         return tried | no_ops if no_ops else tried
@@ -225,7 +232,7 @@ class EpisodeSession:
                 step.decided_by, reason, parsed.action, posterior=detail[0] if detail else None
             )
             step.action = action or ""
-        tried = self._tried.setdefault(self.observation.text, set())
+        tried = self._tried.setdefault(self.here(), set())
         if self.config.loop_breaker and step.decided_by == "llm" and reply_key in tried:
             alternative = self._untried_action(tried, step.index)
             if alternative is not None:
@@ -287,7 +294,7 @@ class EpisodeSession:
     def _advance(self, action: str, obs: Observation, step: Step, info: dict, call: dict | None = None) -> None:
         if self._changed_nothing(obs, step, info):
             self._no_ops.setdefault(tuple(sorted(self.observation.admissible_actions)), set()).add(action)
-        key = (self.observation.text, action)
+        key = (self.here(), action)
         repeats = self._seen.get(key, 0)
         self._seen[key] = repeats + 1
         if repeats:

@@ -14,6 +14,7 @@ from crl.memory.purpose import given_subgoals, step_purposes
 from crl.memory.records import EpisodeRecord, StepRecord, episode_record_id, state_text, step_record_id
 from crl.memory.trajectory import Episode, Step
 from crl.prompts.state import NO_ACTION
+from crl.tasks.situations import situation_of
 
 
 @dataclass
@@ -143,8 +144,9 @@ def build_records(
         following = i if skills[i] else following
         subgoal_in[i] = None if following is None else following - i
     seen: set[tuple[str, str]] = set()
+    situation = situation_of(episode.task)
     for i, step in enumerate(episode.steps):
-        pair = (step.observation, step.action)
+        pair = (situation(step.observation), step.action)
         repeated = pair in seen
         seen.add(pair)
         steps.append(

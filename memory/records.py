@@ -308,7 +308,9 @@ class StepRecord(_Record):
         None, ge=1, description="Steps in the episode when stored (None in records stored before this field)."
     )
     repeated: bool = Field(
-        False, description="The same action was taken after the same observation earlier in the episode (a loop)."
+        False,
+        description="The same action was taken in the same situation (`crl.tasks.situations`) earlier in the "
+        "episode (a loop).",
     )
     subgoal_in: int | None = Field(
         None,

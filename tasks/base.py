@@ -94,6 +94,10 @@ class TaskSpec:
     the player sees, in words that hold in every world of the task ("go through the open door"
     where the compass word differs from world to world); episodic control matches stored actions
     to admissible ones by role where both have one (`memory.retrieval.action_roles`).
+    `situation`: `observation -> text`, the part of an observation that fixes what every action will
+    do (keyroom drops the line saying what the last action did), so "take vase" then "drop vase"
+    returns to the situation it started from and the agent's loop rules see it
+    (`crl.tasks.situations`); None: the whole observation.
     """
 
     name: str
@@ -107,6 +111,7 @@ class TaskSpec:
     tools: tuple[str, ...] = ()
     uses_judge: bool = False
     action_role: Callable[[str, str], str | None] | None = None
+    situation: Callable[[str], str] | None = None
 
     @property
     def family(self) -> str:

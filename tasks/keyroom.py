@@ -34,6 +34,7 @@ from crl.tasks.keyroom_world import (
     apply_action,
     describe,
     generate_world,
+    situation,
 )
 
 FAMILY = "keyroom"
@@ -280,6 +281,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         subgoal_order=SUBGOAL_ORDER,
         subtasks={skill: f"{FAMILY}/{skill}" for skill in SUBGOAL_ORDER if skill != _variant.name},
         action_role=action_role,
+        situation=situation,
     )
     for _variant in VARIANTS.values()
 )

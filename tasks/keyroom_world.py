@@ -357,3 +357,15 @@ def action_role(observation: str, action: str) -> str | None:
         if phrase.startswith(f"{words[1]} through the open "):
             return OPEN_DOOR_ROLE
     return None
+
+
+def situation(observation: str) -> str:
+    r"""The room as `describe` wrote it, without the line saying what the last action did: the
+    state every next action's outcome depends on, so "take black vase" then "drop black vase" is
+    back where it started.
+
+    Example:
+        >>> situation("You drop the black vase.\n\nYou are in the cellar.\nYou are carrying nothing.")
+        'You are in the cellar.\nYou are carrying nothing.'
+    """
+    return observation.rsplit("\n\n", 1)[-1]

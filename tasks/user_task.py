@@ -43,6 +43,9 @@ class UserTask:
         action_role: optional `(observation, action) -> role or None` (a staticmethod): what an
             action does relative to what the player sees, in words that hold in every episode
             (`TaskSpec.action_role`; memory then matches stored actions by role).
+        situation: optional `observation -> text` (a staticmethod): the part of an observation that
+            fixes what every action will do, so two observations with the same situation count as
+            the same place for loop detection (`TaskSpec.situation`).
     """
 
     name: ClassVar[str] = ""
@@ -52,6 +55,7 @@ class UserTask:
     tools: ClassVar[tuple[str, ...]] = ()
     goal: ClassVar[str] = ""
     action_role: ClassVar[Callable[[str, str], str | None] | None] = None
+    situation: ClassVar[Callable[[str], str] | None] = None
 
     def reset(self, seed: int) -> Observation:
         """Start the episode of `seed` and return what the agent sees first."""
@@ -97,4 +101,5 @@ class UserTask:
             max_steps=cls.max_steps,
             tools=tuple(cls.tools),
             action_role=cls.action_role,
+            situation=cls.situation,
         )

@@ -60,8 +60,10 @@ def test_memory_policy_replays_what_worked_without_the_model(taught):
 
 
 def test_mixed_policy_overrides_the_model_only_when_memory_is_confident(taught):
-    model = ScriptedModel(lambda msgs: " inventory")
-    # one stored success from this exact state: support 1.0, below the default 1.5
+    replies = iter([" inventory", " look"])
+    model = ScriptedModel(lambda msgs: next(replies, " inventory"))
+    # one stored success from this exact state: support 1.0, below the default 1.5; neither reply
+    # repeats one already tried in this situation (a repeat hands the step to memory)
     unsure = start_run(settings_for(taught, policy="mixed", loop_breaker=False, max_steps=2), TASK, 1, model=model)
     assert [s.extra.policy.decided_by for s in unsure.episodes[0].steps] == ["llm", "llm"]
     assert "no confident value" in unsure.episodes[0].steps[0].extra.policy.reason

@@ -30,7 +30,10 @@ def looker_after_a_failure_and_a_success(home):
     # loop_breaker off: looking again must stay possible (it is a no-op the loop breaker would rule out)
     mem = settings_for(home, bank=True, memory="off", max_steps=len(plan) + 2, loop_breaker=False)
     looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in plan}))
-    start_run(mem, "keyroom/key", 1, model=looker)
+    # a second "look" in the same room is passed over for the plan's next move, so the looker
+    # needs two steps per room: one step short of that, it fails, having looked in both rooms
+    short = mem.model_copy(update={"agent": mem.agent.model_copy(update={"max_steps": 2 * len(plan) - 1})})
+    start_run(short, "keyroom/key", 1, model=looker)
     solved = start_run(mem, "keyroom/key", 1, model=ScriptedModel([f" {a}" for a in plan]))
     return mem, looker, solved
 
@@ -168,9 +171,12 @@ def test_explore_untried_reaches_the_loop_from_settings(crl_home):
     """After a failed play, `agent.posterior.explore_untried` (the default) steers a replay of the
     seed onto actions no stored step took there (evidence n = 0); with it off, memory never does."""
     plan = solve(fold_seeds("keyroom/key", "train", 1)[0], "key")
-    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0, "inventory": -0.5} | {a: -3.0 for a in plan}))
+    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0, "inventory": -0.5} | {a: -2.0 for a in plan}))
     mem = settings_for(crl_home, bank=True, memory="off", max_steps=len(plan) + 2, loop_breaker=False)
-    start_run(mem, "keyroom/key", 1, model=looker)
+    # two steps, "look" and "inventory": the plan's first move stays untried in the stored play
+    start_run(
+        mem.model_copy(update={"agent": mem.agent.model_copy(update={"max_steps": 2})}), "keyroom/key", 1, model=looker
+    )
 
     def untried_choices(settings) -> list:
         ep = start_run(settings, "keyroom/key", 1, model=looker, kind="eval").episodes[0]

@@ -56,10 +56,10 @@ def test_parallel_episodes_are_batched_and_truncated_by_max_steps(crl_home):
     assert len(result.episodes) == 6
     for e in result.episodes:
         assert e.status == "truncated" and "max_steps" in e.end_reason and len(e.steps) == 4
-    # the first look changes the observation ("You look around."), the second repeats it
-    assert result.episodes[0].steps[1].extra.repeat is None
-    assert result.episodes[0].steps[2].extra.repeat == 1
-    assert "already did 'look'" in model.calls[3].batch[0][1]["content"]
+    # "look" leaves the room as it was (only the line above it changes): the second look repeats it
+    assert result.episodes[0].steps[0].extra.repeat is None
+    assert result.episodes[0].steps[1].extra.repeat == 1
+    assert "already did 'look'" in model.calls[2].batch[0][1]["content"]
 
 
 def test_loop_breaker_replaces_a_repeated_reply_with_an_untried_action(crl_home):

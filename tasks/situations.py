@@ -1,0 +1,32 @@
+"""Situations: which observations show the same state of the world.
+
+A deterministic game repeats an action's outcome when the action is taken again in the same state.
+The agent's loop rules (`Session.tried_here`, the posterior's repeat avoidance, the loop breaker)
+and the `repeated` flag of stored steps compare situations to find such repeats. By default a
+situation is the whole observation; a task whose observations carry what the last action did
+(keyroom's "You drop the black vase.") declares `TaskSpec.situation` to drop it, so "take vase"
+then "drop vase" is seen to return where it started instead of looking like a new place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Situation = Callable[[str], str]
+
+
+def whole(observation: str) -> str:
+    """The default situation: the observation itself."""
+    return observation
+
+
+def situation_of(task: str) -> Situation:
+    """The task's `observation -> situation` function; `whole` when it declares none or is not
+    registered here (a bank read without its task plugin)."""
+    from crl.tasks.registry import get_task
+
+    try:
+        declared = get_task(task).situation
+    except ValueError:
+        return whole
+    return declared or whole
