@@ -121,10 +121,12 @@ class MemoryAdvisor:
         untried: float | None = None,
         actor: str | None = None,
         other_actor_weight: float = 1.0,
+        untried_support: float | None = None,
     ) -> dict[str, MemoryAdvantage]:
         """Memory's advantage of each admissible action in this state (for the posterior policy):
         what followed it in the nearest stored states minus what followed any action there
-        (`untried`: the optimistic q of actions none of them took, see `memory_advantages`).
+        (`untried`: the optimistic q of actions none of them took, carrying at most
+        `untried_support`, see `memory_advantages`).
         With `same_task`, a pack retrieved for a purpose (`ContextPack.purpose_neighbours`) is
         valued by the steps that worked toward that sub-goal in any task of the family; otherwise
         by the steps of the same task. Steps another actor than `actor` played vote with
@@ -144,6 +146,7 @@ class MemoryAdvisor:
             actor=actor,
             other_actor_weight=other_actor_weight,
             roles=pack.roles,
+            untried_support=untried_support,
         )
 
     def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:

@@ -89,6 +89,12 @@ class PosteriorSettings(BaseModel):
         "(so demoting a known loser hands the step to an untried action).",
     )
     optimism: float = Field(0.1, ge=-1, le=1, description="q of an untried action when explore_untried is on.")
+    untried_support: float | None = Field(
+        None,
+        gt=0,
+        description="The most support an untried action's optimistic q carries; unset: the state's whole support "
+        "(which says how sure the baseline is, not the guess about an action nobody took).",
+    )
     condition: Literal["purpose", "task"] = Field(
         "purpose",
         description="With same_task, what voting experience shares: purpose (the sub-goal it worked toward: "
@@ -123,6 +129,7 @@ class PosteriorSettings(BaseModel):
             self.optimism,
             self.condition,
             self.other_actor_weight,
+            untried_support=self.untried_support,
         )
         return PosteriorPolicy(config, self.temperature)
 

@@ -96,6 +96,12 @@ class PosteriorConfig:
             "every actor alike; 0 lets only the acting model's own steps among the `ec_neighbours` nearest vote."
         },
     )
+    untried_support: float | None = field(
+        default=None,
+        metadata={
+            "help": "The most support an untried action's optimistic q carries (None: the state's whole support)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.condition not in ("purpose", "task"):
@@ -108,6 +114,8 @@ class PosteriorConfig:
             raise ValueError(f"posterior other_actor_weight must be in [0, 1], got {self.other_actor_weight}")
         if self.alpha <= 0:
             raise ValueError(f"posterior alpha must be > 0 (math.inf ignores memory), got {self.alpha}")
+        if self.untried_support is not None and self.untried_support <= 0:
+            raise ValueError(f"posterior untried_support must be > 0 or None, got {self.untried_support}")
         if self.support_scale <= 0:
             raise ValueError(f"posterior support_scale must be > 0, got {self.support_scale}")
         if self.mode not in ("greedy", "sample"):
@@ -191,6 +199,7 @@ class PosteriorDecision:
             "alpha": self.config.alpha,
             "support_scale": self.config.support_scale,
             "explore_untried": self.config.explore_untried,
+            "untried_support": self.config.untried_support,
             "avoided": list(self.avoided),
             "actions": {
                 a: {

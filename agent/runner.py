@@ -297,6 +297,7 @@ class Runner:
                     synthetic_weight=pack.synthetic_weight,
                     actor=self.actor,
                     other_actor_weight=config.other_actor_weight,
+                    untried_support=config.untried_support,
                 )
             rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
             avoid = (
@@ -456,6 +457,7 @@ class Runner:
                 untried,
                 self.actor,
                 config.other_actor_weight,
+                config.untried_support,
             )
             if advisor
             else {}

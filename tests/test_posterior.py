@@ -247,6 +247,24 @@ def test_where_everything_tried_lost_the_untried_action_wins():
     assert optimistic.to_dict()["explore_untried"] is True
 
 
+def test_capped_untried_support_keeps_an_unknown_distractor_from_outvoting_the_model():
+    """Many stored failures make the baseline sure, not the guess about a never-tried action: with
+    the state's whole support behind it an unlikely distractor beats the model's favourite (which
+    memory saw lose once, like everything else here); capped at 1, the favourite stands."""
+    failures = [("examine door", "failure", 1, 1.0)] * 5 + [("go south", "failure", 1, 1.0)]
+    neighbours = _votes(*failures)
+    probs = {"go south": 0.6, "examine door": 0.35, "take purple book": 0.05}
+    whole = memory_advantages(neighbours, list(probs), CFG, untried=0.1)
+    capped = memory_advantages(neighbours, list(probs), CFG, untried=0.1, untried_support=1.0)
+    assert whole["take purple book"].support == pytest.approx(6.0)
+    assert capped["take purple book"].support == pytest.approx(1.0)
+    assert capped["go south"] == whole["go south"]  # actions with votes keep their support
+    assert decide(probs, whole, PosteriorConfig()).chosen == "take purple book"
+    assert decide(probs, capped, PosteriorConfig(untried_support=1.0)).chosen == "go south"
+    with pytest.raises(ValueError, match="untried_support"):
+        PosteriorConfig(untried_support=0)
+
+
 # --- experience of other actors (other_actor_weight) ------------------------------------------
 
 BASE = "smollm2-135m-instruct"

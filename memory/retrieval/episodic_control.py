@@ -523,6 +523,7 @@ def memory_advantages(
     actor: str | None = None,
     other_actor_weight: float = 1.0,
     roles: ActionRoles | None = None,
+    untried_support: float | None = None,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -543,6 +544,10 @@ def memory_advantages(
             `other_actor_weight` (their returns say how *that* actor went on from here, off-policy
             evidence for this one), in the values, the baseline and the support behind both.
         roles: the task's action roles in the current state, as in `action_values`.
+        untried_support: the most support an untried action's optimistic q carries (None: the
+            state's whole support). The state's support says how sure the baseline is, not how
+            sure the guess about an action nobody took is; capped, an untried action no longer
+            outweighs an action with a few real votes.
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -564,8 +569,9 @@ def memory_advantages(
     }
     if untried is None or state_support <= 0:
         return found
+    support = state_support if untried_support is None else min(state_support, untried_support)
     unknown = {
-        action: MemoryAdvantage(action, untried, baseline, state_support, 0, f"{action} → never tried here")
+        action: MemoryAdvantage(action, untried, baseline, support, 0, f"{action} → never tried here")
         for action in admissible
         if action not in found
     }
