@@ -21,6 +21,9 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
   With `sft_rounds` > 1 each further round first plays `budget` compound training episodes with
   the last adapter and memory (on train worlds of its own, charged to the arm), then trains a new
   adapter from the base model on the grown bank; a point per round.
+  With `align` > 0, each new adapter then plays `align` compound training episodes with memory
+  (stored, on train worlds of its own, charged to the arm) before its evaluation with memory, so
+  memory's values hold the adapter's own experience and not only the base model's.
   The adapter is also evaluated alone (no memory read) on the same dev seeds, reported as the arm
   `sft alone`, so the report pairs adapter + memory against the adapter alone and against the base
   model with memory (`skills`' last point) — issue #14's complementarity.
@@ -72,8 +75,11 @@ class SkillsSpec:
     sft_rounds: int = 1
     overrides: dict[str, Any] = field(default_factory=dict)
     attempts: int = 4
+    align: int = 0
 
     def __post_init__(self) -> None:
+        if self.align < 0:
+            raise ValueError("align must be at least 0")
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
         if self.sft_rounds < 1:
@@ -456,6 +462,15 @@ class SkillsExperiment:
             detail["adapter_alone"] = asdict(
                 eval_point(alone, f"{sft_stage(round_no)}, adapter alone", env_steps, "dev", {})
             )
+            if spec.align:
+                aligned = self._align(settings, adapter, repeat, round_no)
+                detail["aligned"] = {
+                    "episodes": spec.align,
+                    "train_steps": steps_of(aligned),
+                    "replay_steps": replay_steps_of(aligned),
+                    "train_successes": aligned.report()["successes"],
+                }
+                env_steps += detail["aligned"]["train_steps"] + detail["aligned"]["replay_steps"]
             dev = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=True)
             self.add(run, eval_point(dev, sft_stage(round_no), env_steps, "dev", detail), started)
             self.keep_snapshot("skills+sft", repeat, round_no)
@@ -490,6 +505,16 @@ class SkillsExperiment:
         first = spec.repeats * (spec.phase1 + spec.budget)
         seed_start = first + (repeat * (spec.sft_rounds - 1) + round_no - 2) * spec.budget
         return play_with_adapter(settings, spec.task, spec.budget, adapter, seed_start=seed_start)
+
+    def _align(self, settings: Settings, adapter: Path, repeat: int, round_no: int):
+        """Play `align` compound training episodes with the new adapter and memory (memory written), on
+        train worlds after every other stage's."""
+        from crl.agent.finetuning import play_with_adapter
+
+        spec = self.spec
+        first = spec.repeats * (spec.phase1 + spec.budget) + spec.repeats * (spec.sft_rounds - 1) * spec.budget
+        seed_start = first + (repeat * spec.sft_rounds + round_no - 1) * spec.align
+        return play_with_adapter(settings, spec.task, spec.align, adapter, seed_start=seed_start)
 
 
 def sft_stage(round_no: int) -> str:

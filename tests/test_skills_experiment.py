@@ -260,3 +260,50 @@ def test_an_interrupted_sft_round_resumes_after_the_last_finished_one_from_its_s
     assert [p["env_steps"] for p in run["points"]] == [100, 105, 110]  # 4 steps + 1 replay step per round
     assert [r["round"] for r in run["points"][-1]["detail"]["sft_rounds"]] == [2, 3]
     assert not list(tmp_path.glob("skills-sft/repeat-0-after-*"))
+
+
+def test_align_has_each_new_adapter_play_with_memory_before_its_evaluation_with_memory(tmp_path, monkeypatch):
+    """`--align N`: after the adapter-alone evaluation, the adapter plays N training episodes with memory
+    on train worlds no other stage plays, charged to the arm; then it is judged with memory."""
+    from types import SimpleNamespace as NS
+
+    import crl.agent.finetuning as finetuning
+    from crl.agent.skills_experiment import SkillsExperiment, SkillsPoint, SkillsRun
+
+    spec = SkillsSpec(
+        arms=["skills", "skills+sft"], repeats=1, sft_rounds=2, budget=2, align=3, eval_episodes=2, test_episodes=0
+    )
+    exp = SkillsExperiment(spec, tmp_path)
+    exp.runs = [SkillsRun("skills", 0, [SkillsPoint("compound training", 100, 1, 2)], done=True)]
+    exp.save()
+    exp.home("skills", 0).mkdir(parents=True)
+    calls: list[tuple] = []
+
+    def play(settings, task, episodes, adapter, **run_args):
+        calls.append(("play", episodes, run_args["seed_start"]))
+        return FakeRun([True, False, True][:episodes])
+
+    def evaluate(settings, task, episodes, adapter, memory, **kw):
+        calls.append(("eval", "memory" if memory else "alone"))
+        return FakeRun([True, True])
+
+    monkeypatch.setattr(SkillsExperiment, "_sft_round", lambda self, ctx, s, d: (tmp_path / "a", d | {"adapter": "a"}))
+    monkeypatch.setattr(finetuning, "play_with_adapter", play)
+    monkeypatch.setattr(finetuning, "evaluate_adapter", evaluate)
+    monkeypatch.setattr(finetuning, "finetune_context", lambda *a, **k: NS(registry=NS(adapter_dir=lambda i: tmp_path)))
+    monkeypatch.setattr("crl.agent.skills_report.write_report", lambda *a: None)
+    SkillsExperiment(spec, tmp_path).run()
+    # round 1: alone, align, with memory; round 2: collect (budget 2), alone, align, with memory
+    assert [c[0] for c in calls] == ["eval", "play", "eval", "play", "eval", "play", "eval"]
+    assert [c[1] for c in calls if c[0] == "eval"] == ["alone", "memory"] * 2
+    aligns = [c for c in calls if c[0] == "play" and c[1] == 3]
+    collect = [c for c in calls if c[0] == "play" and c[1] == 2]
+    seeds = [set(range(c[2], c[2] + c[1])) for c in aligns + collect]
+    assert len(aligns) == 2 and len(collect) == 1 and not set.intersection(*seeds[:2]) and not seeds[2] & seeds[0]
+    assert min(min(s) for s in seeds) >= spec.phase1 + spec.budget  # after phase 1 and compound training worlds
+    (run,) = [r for r in json.loads((tmp_path / "results.json").read_text())["runs"] if r["arm"] == "skills+sft"]
+    first, second = run["points"]
+    assert first["detail"]["aligned"] == {"episodes": 3, "train_steps": 6, "replay_steps": 1, "train_successes": 2}
+    assert first["env_steps"] == 100 + 7 and second["env_steps"] == first["env_steps"] + 5 + 7
+    with pytest.raises(ValueError, match="align"):
+        SkillsSpec(align=-1)

@@ -188,6 +188,12 @@ def skills(
         help="SFT rounds of the skills+sft arm; each after the first plays --budget compound episodes "
         "with the last adapter and memory first.",
     ),
+    align: int = typer.Option(
+        0,
+        "--align",
+        help="Compound training episodes each new adapter plays with memory (stored) before its "
+        "evaluation with memory (0: none).",
+    ),
     out_dir: Path = typer.Option(
         Path("experiments/skills"), "--out", help="Results folder (an interrupted experiment resumes)."
     ),
@@ -226,6 +232,7 @@ def skills(
         sft_rounds=sft_rounds,
         overrides=flags,
         attempts=attempts,
+        align=align,
     )
     total = sum(stages(spec, a) * (1 if a == "none" else repeats) for a in arm_list if a in ARMS)
     with EpisodeProgress(total, err, description=f"skills {task}") as progress:
