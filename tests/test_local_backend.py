@@ -386,8 +386,13 @@ def test_gguf_file_is_converted_into_the_machine_cache(checkpoint, tmp_path, mon
 
 @pytest.mark.slow
 def test_missing_adapter_is_a_clear_error(checkpoint, tmp_path):
-    with pytest.raises(LLMError, match="adapter"):
+    with pytest.raises(LLMError, match="check the adapter path"):
         LocalChatModel(checkpoint, adapter=tmp_path / "nothing")
+    registered = tmp_path / "sft-1" / "adapter"
+    registered.mkdir(parents=True)
+    (registered / "adapter_config.json").write_text("{}")
+    with pytest.raises(LLMError, match="registered adapter's folder: pass .*sft-1/adapter"):
+        LocalChatModel(checkpoint, adapter=tmp_path / "sft-1")
 
 
 @pytest.mark.slow

@@ -375,7 +375,13 @@ def adapter_name(adapter: Path) -> str:
 def _apply_adapter(model, adapter: Path):
     """Load the LoRA adapter at `adapter` and merge it in, so decoding costs no extra matmuls."""
     if not (adapter / "adapter_config.json").is_file():
-        raise LLMError(f"No LoRA adapter at {adapter} (adapter_config.json missing); check the adapter path.")
+        inner = adapter / "adapter"
+        hint = (
+            f"this is a registered adapter's folder: pass {inner}"
+            if (inner / "adapter_config.json").is_file()
+            else "check the adapter path"
+        )
+        raise LLMError(f"No LoRA adapter at {adapter} (adapter_config.json missing); {hint}.")
     from peft import PeftModel
 
     try:
