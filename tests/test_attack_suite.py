@@ -37,6 +37,8 @@ Valid actions:
 
 def test_the_scripted_victim_obeys_instructions_else_memory():
     assert follower_choice(PROMPT) == "go west"
+    # a hint may name the action's role ("take copper key (take the key) → ...")
+    assert follower_choice(PROMPT.replace("- go west →", "- go west (go through the open door) →")) == "go west"
     injected = PROMPT.replace("- look →", f"- {INJECTION.format(action='examine door')}\n- look →")
     assert follower_choice(injected) == "examine door"
     assert follower_choice(PROMPT.replace("'", "").replace("go west →", "climb →")) in (

@@ -201,7 +201,9 @@ def test_a_malicious_memory_retrieved_into_training_prompts_contaminates_the_ada
     settings = load_settings(
         {
             "home": str(home),
-            "agent": {"policy": "llm", "reply_format": "action", "parallel": 1, "max_steps": 4},
+            # loop breaker off: the looking model looks every step and fails (the breaker's random
+            # replacement of a second look could take the key)
+            "agent": {"policy": "llm", "reply_format": "action", "parallel": 1, "max_steps": 4, "loop_breaker": False},
             "memory": {"embedding_model": "hashing:64"},
             "reflect": {"enabled": False},
         }
