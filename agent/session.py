@@ -157,9 +157,9 @@ class EpisodeSession:
 
     def tried_here(self) -> set[str]:
         """Actions (and unusable replies) already tried in the current situation: after an
-        observation of this same situation (`here`), or, with `agent.loop_breaker` where the task lists its actions, with this same
-        list of actions and nothing changed by them (`examine door` twice: the second can only
-        repeat the first)."""
+        observation of this same situation (`here`), or, with `agent.loop_breaker` where the task
+        lists its actions, with this same list of actions and nothing changed by them (`examine
+        door` twice: the second can only repeat the first)."""
         tried = self._tried.get(self.here(), set())
         listed = self.observation.admissible_actions if self.config.loop_breaker else None
         no_ops = self._no_ops.get(tuple(sorted(listed)), set()) if listed else set()
