@@ -117,7 +117,7 @@ class RetrievalConfig(BaseModel):
         0.5,
         ge=0,
         le=1,
-        description="Value an action repeated after the same observation counts with, negated; also what `choose_memory` subtracts from actions already tried here.",
+        description="Value an action repeated in the same situation (crl.tasks.situations) counts with, negated; also what `choose_memory` subtracts from actions already tried here.",
     )
     ec_subgoal_value: float = Field(
         0.5,

@@ -16,7 +16,9 @@ of the same task family whose states are nearest (k = `ec_neighbours`):
             open door there votes for "go north" through the open door here)
     r_i     what followed step i:
               invalid action                        -> -ec_invalid_penalty
-              repeated after the same observation   -> -ec_loop_penalty
+              repeated in the same situation        -> -ec_loop_penalty
+                (`crl.tasks.situations`: the same observation, less what the task says does
+                not fix the state)
               otherwise the larger of
                 the outcome: episode succeeded d steps later -> +gamma^d, failed -> -gamma^d
                 a milestone: a sub-goal reached d' steps later -> ec_subgoal_value * gamma^d'
