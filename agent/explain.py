@@ -104,7 +104,7 @@ def posterior_table(posterior: dict) -> Table:
         f"posterior (beta {posterior['beta']:g}, alpha {posterior['alpha']:g}, "
         f"support scale {posterior['support_scale']:g}"
         + (", untried actions explored" if posterior.get("explore_untried") else "")
-        + (f" (support capped at {posterior['untried_support']:g})" if posterior.get("untried_support") else "")
+        + (f" with support at most {posterior['untried_support']:g}" if posterior.get("untried_support") else "")
         + ")"
     )
     table = Table(show_header=True, header_style="bold", title=title, title_justify="left")

@@ -320,3 +320,14 @@ def test_without_own_experience_weight_zero_leaves_the_model_alone():
 def test_other_actor_weight_must_be_a_share():
     with pytest.raises(ValueError, match="other_actor_weight"):
         PosteriorConfig(other_actor_weight=1.5)
+
+
+def test_explain_names_the_cap_on_untried_support():
+    from crl.agent.explain import posterior_table
+
+    probs = {"look": 0.6, "go west": 0.4}
+    memory = {"go west": MemoryAdvantage("go west", q=0.1, baseline=-0.5, support=0.25)}
+    decision = decide(probs, memory, PosteriorConfig(untried_support=0.25)).to_dict()
+    assert decision["untried_support"] == 0.25
+    assert "untried actions explored with support at most 0.25)" in posterior_table(decision).title
+    assert "support at most" not in posterior_table(decide(probs, memory, PosteriorConfig()).to_dict()).title
