@@ -75,14 +75,20 @@ def evaluate(
     *,
     settings: "Settings | None" = None,
     fold: str = "dev",
+    seed_start: int = 0,
     model: "ChatModel | None" = None,
 ) -> "RunResult":
-    """Play held-out episodes (dev or test fold) that read memory but never change it (as `crl eval`)."""
+    """Play held-out episodes (dev or test fold) that read memory but never change it (as `crl eval`).
+
+    `seed_start` skips that many seeds of the fold first, so a larger evaluation can be added in slices.
+    """
     from crl.agent.app import start_run
 
     if fold == "train":
         raise ValueError("evaluate plays held-out seeds: use fold='dev' or 'test' (crl.run plays train seeds)")
-    return start_run(settings or _default_settings(), task, episodes, fold=fold, kind="eval", model=model)
+    return start_run(
+        settings or _default_settings(), task, episodes, fold=fold, kind="eval", seed_start=seed_start, model=model
+    )
 
 
 def open_bank(settings: "Settings | None" = None) -> "ExperienceBank":

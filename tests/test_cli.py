@@ -67,6 +67,18 @@ def test_eval_reports_interval_on_dev_fold(crl_home, scripted):
     assert len(model.calls) >= 1
 
 
+def test_eval_seed_offset_extends_an_evaluation_without_replaying_it(crl_home, scripted):
+    scripted(lambda msgs: " hmm\nAction: look")
+    r = invoke("eval", "keyroom/door", "-n", "2", "--seed", "3", "--max-steps", "1", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output[r.output.index("{") :])
+    assert report["seed_offset"] == 3
+    info = json.loads((crl_home / "evals" / report["run_id"] / "run.json").read_text())
+    assert info["seeds"] == fold_seeds("keyroom/door", "dev", 2, 3) != fold_seeds("keyroom/door", "dev", 2)
+    r = invoke("eval", "keyroom/door", "--fold", "test", "-n", "2", "--seed", "10000000")
+    assert r.exit_code == 1 and "has only" in r.output and "Traceback" not in r.output
+
+
 def test_errors_are_one_line_not_tracebacks(crl_home, scripted):
     scripted([])
     r = invoke("eval", "keyroom/key", "--fold", "train")  # refused by the parser: the choices are dev and test

@@ -180,6 +180,9 @@ def evaluate(
     task: str = typer.Argument(..., help="Task name (see `crl tasks`)."),
     fold: Fold = typer.Option("dev", "--fold", help="Held-out seeds (train seeds are for collecting experience)."),
     episodes: int = typer.Option(20, "--episodes", "-n", min=1, help="Episodes to evaluate."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, help="Offset into the fold's seeds (extend an evaluation without replaying it)."
+    ),
     parallel: int | None = typer.Option(None, "--parallel", "-k", min=1, help="Episodes played at once (batched)."),
     max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Step limit per episode."),
     memory_url: str | None = MemoryUrlOpt,
@@ -217,7 +220,9 @@ def evaluate(
 
     crl.check_task(settings, task)
     with EpisodeProgress(episodes, err, description=f"eval {task} [{fold.value}]") as progress:
-        result = crl.start_run(settings, task, episodes, fold=fold.value, kind="eval", progress=progress)
-    report = result.report() | {"fold": fold.value}
+        result = crl.start_run(
+            settings, task, episodes, fold=fold.value, kind="eval", seed_start=seed, progress=progress
+        )
+    report = result.report() | {"fold": fold.value, "seed_offset": seed}
     emit(report, as_json, lambda: report_view(report, f"crl eval {task} ({fold.value} fold)"))
     exit_if_nothing_played(report)
