@@ -245,7 +245,7 @@ def decide(
     memory: Mapping[str, MemoryAdvantage],
     config: PosteriorConfig,
     rng: random.Random | None = None,
-    avoid: Collection[str] = (),
+    avoid: Collection[str] | Mapping[str, int] = (),
 ) -> PosteriorDecision:
     """Choose an action from the posterior over the scored candidates.
 
@@ -257,7 +257,10 @@ def decide(
         rng: draws in "sample" mode (seed it for reproducible runs); required there.
         avoid: actions already taken in this same situation (a deterministic game repeats its
             outcome): the choice is made among the others while any remains, so the policy
-            never loops on its own argmax. The posterior itself is left as computed.
+            never loops on its own argmax. Given as counts (action -> times taken here), once
+            every candidate was taken the choice is among the least taken, so a situation whose
+            every action was tried cycles through them instead of repeating one. The posterior
+            itself is left as computed.
 
     Returns:
         The `PosteriorDecision`, with the chosen action and everything behind it.
@@ -276,10 +279,10 @@ def decide(
     post = posterior_probs(probs, advantages, weights, config)
     model_best = actions[_argmax(probs)]
     posterior_best = actions[_argmax(post, prefer=actions.index(model_best))]
-    avoided = [a for a in actions if a in avoid]
-    open_ = [i for i, a in enumerate(actions) if a not in avoid] or list(range(len(actions)))
-    if len(open_) == len(actions):
-        avoided = []
+    tries = avoid if isinstance(avoid, Mapping) else dict.fromkeys(avoid, 1)
+    fewest = min(tries.get(a, 0) for a in actions)
+    open_ = [i for i, a in enumerate(actions) if tries.get(a, 0) == fewest]
+    avoided = [a for a in actions if tries.get(a, 0) > fewest]
     if config.mode == "greedy":
         chosen = actions[max(open_, key=lambda i: (post[i], i == actions.index(posterior_best), -i))]
     else:

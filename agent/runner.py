@@ -477,7 +477,7 @@ class Runner:
                 latency_s=reply.latency_s + dist.latency_s,
                 finish_reason="scored",
             )
-        tried = session.tried_here()
+        tried = session.tries_here()
         rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}")
 
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:

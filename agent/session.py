@@ -165,6 +165,12 @@ class EpisodeSession:
         no_ops = self._no_ops.get(tuple(sorted(listed)), set()) if listed else set()
         return tried | no_ops if no_ops else tried
 
+    def tries_here(self) -> dict[str, int]:
+        """`tried_here` with how often each was taken in the current situation (at least 1 each):
+        where everything was tried, the least-taken action is the one not yet looped on."""
+        here = self.here()
+        return {a: max(1, self._seen.get((here, a), 0)) for a in self.tried_here()}
+
     def reached_so_far(self) -> set[str]:
         """Every sub-goal reached at any step so far, as stored steps' purposes count them (a resumed
         episode's earlier steps included); each step is read once."""

@@ -120,6 +120,47 @@ def test_decide_chooses_among_untried_actions_and_keeps_the_posterior():
     assert sampled.chosen != "look"
 
 
+def test_where_every_action_was_tried_the_least_taken_is_chosen_not_the_argmax():
+    probs = {"look": 0.7, "take key": 0.2, "go north": 0.1}
+    d = decide(probs, {}, PosteriorConfig(), avoid={"look": 3, "take key": 1, "go north": 1})
+    assert d.chosen == "take key" and d.avoided == ["look"] and d.decided_by == "repeat-avoidance"
+    level = decide(probs, {}, PosteriorConfig(), avoid=dict.fromkeys(probs, 2))
+    assert level.chosen == "look" and level.avoided == []
+    fresh = decide(probs, {}, PosteriorConfig(), avoid={"look": 5})
+    assert fresh.chosen == "take key" and fresh.avoided == ["look"]
+
+
+def test_a_situation_whose_every_action_was_tried_cycles_instead_of_looping(crl_home, monkeypatch):
+    """One unchanging room; ringing the bell twice wins. A model that prefers looking tries all
+    three actions once, then must not look forever: the least-taken action comes next."""
+    from crl.tasks import registry
+    from crl.tasks.user_task import UserTask
+
+    class Bell(UserTask):
+        name = "bell/twice"
+        max_steps = 12
+
+        def reset(self, seed):
+            self.rings = 0
+            return self.observe("A quiet room with a bell.", goal="Ring the bell twice.", actions=self.actions())
+
+        @staticmethod
+        def actions():
+            return ["look", "wait", "ring bell"]
+
+        def step(self, action):
+            self.rings += action == "ring bell"
+            if self.rings == 2:
+                return self.finish("The bell rings again. Done.", success=True)
+            return self.proceed("A quiet room with a bell.", actions=self.actions())
+
+    monkeypatch.setitem(registry._TASKS, Bell.name, Bell.spec())
+    model = ScriptedModel(lambda messages: json.dumps({"look": 0.0, "wait": -1.0, "ring bell": -3.0}))
+    ep = start_run(settings_for(crl_home, max_steps=12, loop_breaker=False), "bell/twice", 1, model=model).episodes[0]
+    assert ep.success
+    assert [st.action for st in ep.steps] == ["look", "wait", "ring bell", "look", "wait", "ring bell"]
+
+
 def test_the_run_report_counts_memory_overrides_and_explain_shows_the_posterior(crl_home):
     from rich.console import Console
 
