@@ -325,13 +325,16 @@ def _exit_phrase(world: World, state: State, direction: str, to: int) -> str:
 
 
 OPEN_DOOR_ROLE = "go through the open door"
+LEAVE_CHEST_ROLE = "go back through the open door, away from the chest"
 _KEY_VERBS = ("take", "drop", "examine")
 
 
 def action_role(observation: str, action: str) -> str | None:
     r"""What `action` does relative to the room described in `observation`, in words that hold in
     every world: "go through the open door" for the move through the open door (its compass word
-    differs from world to world), "take the key" (and drop, examine, "unlock door with the key")
+    differs from world to world) toward the chest, and another role for the same move back out of
+    the chest's room (the room behind the door: a success going in is no vote for coming back out),
+    "take the key" (and drop, examine, "unlock door with the key")
     for the key whatever its metal; None for every other action: distractors are the world's own,
     and for a plain exit nothing the description says tells one from another.
 
@@ -355,7 +358,8 @@ def action_role(observation: str, action: str) -> str | None:
         return None
     for phrase in exits.removeprefix("Exits: ").rstrip(".").split("; "):
         if phrase.startswith(f"{words[1]} through the open "):
-            return OPEN_DOOR_ROLE
+            in_chest_room = any(" chest stands here." in line for line in observation.splitlines())
+            return LEAVE_CHEST_ROLE if in_chest_room else OPEN_DOOR_ROLE
     return None
 
 

@@ -8,7 +8,7 @@ from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.episodic_control import ActionIndex, action_values, memory_advantages
 from crl.memory.retrieval.retriever import ContextPack
 from crl.tasks.keyroom import KeyroomEnv, solve
-from crl.tasks.keyroom_world import OPEN_DOOR_ROLE, action_role
+from crl.tasks.keyroom_world import LEAVE_CHEST_ROLE, OPEN_DOOR_ROLE, action_role
 from tests.retrieval_fixtures import step_record
 
 
@@ -59,6 +59,29 @@ def test_a_stored_move_through_the_door_votes_for_the_door_here_not_for_its_comp
     assert values[here_move].hint.startswith(f"{here_move} ({OPEN_DOOR_ROLE})")
     by_text = action_values(stored, here.admissible_actions, RetrievalConfig(ec_action_roles=False), roles=roles)
     assert set(by_text) == {stored_move}  # the old behaviour: a plain exit here gets the door's votes
+
+
+def test_going_back_out_of_the_chest_room_is_not_the_move_toward_it():
+    """A stored success through the open door toward the chest does not vote for leaving the chest's
+    room through that door (what pulled the aligned adapter out of the chest room in 4 lost games)."""
+    env = KeyroomEnv("compound")
+    near = env.reset(0)
+    for action in solve(env):
+        if action == f"go {env.world.door_dir}":
+            break
+        near = env.step(action).observation
+    far = env.step(f"go {env.world.door_dir}").observation
+    back = next(a for a in far.admissible_actions if action_role(far.text, a) is not None and a.startswith("go "))
+    assert action_role(near.text, f"go {env.world.door_dir}") == OPEN_DOOR_ROLE
+    assert action_role(far.text, back) == LEAVE_CHEST_ROLE
+    stored = [
+        (step_record(f"e{i}", 0, f"go {env.world.door_dir}", "success", length=3, observation=near.text), 0.95)
+        for i in range(3)
+    ]
+    values = action_values(
+        stored, far.admissible_actions, RetrievalConfig(), roles=roles_for("keyroom/compound", far.text)
+    )
+    assert back not in values
 
 
 def test_a_plain_exit_stored_does_not_vote_for_the_door_spelled_the_same():
