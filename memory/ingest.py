@@ -72,6 +72,24 @@ def episode_text(episode: Episode) -> str:
     return state_text(episode.goal, first, [])
 
 
+def loop_erased_detours(situations: list[str]) -> set[int]:
+    """The steps loop erasure removes: from each situation the episode stood in, the path jumps to the
+    last step taken in that same situation, and every step skipped on the way lies on a cycle.
+
+    Example:
+        >>> sorted(loop_erased_detours(["start", "holding", "start", "corridor", "holding", "end"]))
+        [0, 1]
+    """
+    last = {s: i for i, s in enumerate(situations)}
+    detours: set[int] = set()
+    i = 0
+    while i < len(situations):
+        j = last[situations[i]]
+        detours.update(range(i, j))
+        i = j + 1
+    return detours
+
+
 def compute_tags(episode: Episode, novelty: list[float], weights: ValueWeights) -> EpisodeTags:
     """Value labels of an episode and its steps, given each step's novelty."""
     rewards = [s.reward for s in episode.steps]
@@ -145,8 +163,10 @@ def build_records(
         subgoal_in[i] = None if following is None else following - i
     seen: set[tuple[str, str]] = set()
     situation = situation_of(episode.task)
+    situations = [situation(step.observation) for step in episode.steps]
+    detours = loop_erased_detours(situations)
     for i, step in enumerate(episode.steps):
-        pair = (situation(step.observation), step.action)
+        pair = (situations[i], step.action)
         repeated = pair in seen
         seen.add(pair)
         steps.append(
@@ -179,6 +199,7 @@ def build_records(
                 adapter=episode.adapter,
                 episode_length=len(episode.steps),
                 repeated=repeated,
+                detour=i in detours,
                 subgoal_in=subgoal_in[i],
                 purpose=purposes[i][0],
                 purpose_in=purposes[i][1],

@@ -312,6 +312,11 @@ class StepRecord(_Record):
         description="The same action was taken in the same situation (`crl.tasks.situations`) earlier in the "
         "episode (a loop).",
     )
+    detour: bool = Field(
+        False,
+        description="The step lies on a cycle of its episode: a later step stood in the situation this one was "
+        "taken in, so loop erasure leaves it off the path the episode took to its end.",
+    )
     subgoal_in: int | None = Field(
         None,
         ge=0,

@@ -63,6 +63,29 @@ def test_invalid_and_looping_actions_count_against_even_in_successful_episodes()
     assert values["look"].hint.endswith("(1 repeated)")
 
 
+def test_with_loop_erasure_a_detour_earns_no_credit_from_the_win_that_followed_it():
+    neighbours = _votes(
+        ("drop brass key", "success", 3, 1.0, {"detour": True, "subgoal_in": 1}),
+        ("drop brass key", "failure", 4, 1.0, {"detour": True}),
+        ("unlock door with brass key", "success", 2, 1.0),
+    )
+    actions = ["drop brass key", "unlock door with brass key"]
+    erased = action_values(neighbours, actions, RetrievalConfig(ec_loop_erasure=True))
+    assert erased["drop brass key"].value == pytest.approx(-(0.9**4) / 2)
+    assert erased["drop brass key"].hint == "drop brass key → success 0 of 2"
+    assert list(erased) == ["unlock door with brass key", "drop brass key"]
+    plain = action_values(neighbours, actions, CFG)
+    assert plain["drop brass key"].value == pytest.approx((0.9**3 - 0.9**4) / 2)
+    assert plain["drop brass key"].hint == "drop brass key → success 1 of 2"
+
+
+def test_ingest_marks_the_steps_loop_erasure_leaves_off_the_path():
+    rooms = [HALL, "You are in the kitchen.", HALL, "You are in the pantry.", "You are in the kitchen."]
+    ep = episode("r1", 0, ["go east", "go west", "go south", "go north", "take brass key"], True, rooms)
+    _, steps = build_records(ep, EpisodeTags([0.0] * 5, [0.0] * 5, 0.0), 3, now=1.0)
+    assert [s.detour for s in steps] == [True, True, False, False, False]
+
+
 def test_votes_are_weighted_by_similarity_and_thin_or_unknown_evidence_is_left_out():
     assert vote_weight(1.0, 0.5) == 1.0 and vote_weight(0.75, 0.5) == 0.5 and vote_weight(0.3, 0.5) == 0.0
     neighbours = _votes(

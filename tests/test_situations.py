@@ -55,6 +55,17 @@ def test_a_stored_take_after_a_drop_is_flagged_as_a_loop(crl_home):
     assert [s.repeated for s in steps] == [False, False, True]
 
 
+def test_a_stored_take_dropped_again_is_a_detour_off_the_loop_erased_path(crl_home):
+    """Loop erasure (StepRecord.detour): the first take and its drop come back around to where the
+    episode stood; the second take is the step on the path."""
+    replies = [" take grey clock", " drop grey clock", " take grey clock"]
+    settings = settings_for(crl_home, bank=True, policy="llm", reply_format="action", max_steps=3, loop_breaker=False)
+    start_run(settings, TASK, 1, seed_start=1, model=ScriptedModel(replies))
+    with open_bank(settings) as bank:
+        steps = sorted(bank.ls(kind="step"), key=lambda r: r.index)
+    assert [s.detour for s in steps] == [True, True, False]
+
+
 def test_a_user_task_declares_its_situation_with_a_staticmethod():
     from crl.tasks.user_task import UserTask
 

@@ -119,6 +119,12 @@ class RetrievalConfig(BaseModel):
         le=1,
         description="Value an action repeated in the same situation (crl.tasks.situations) counts with, negated; also what `choose_memory` subtracts from actions already tried here.",
     )
+    ec_loop_erasure: bool = Field(
+        False,
+        description="Loop-erased credit: a stored step its episode later came back around (StepRecord.detour: "
+        "the take of a bottle dropped again, a walk out and back) earns no success or sub-goal credit (value 0 "
+        "in a success; a failure's value unchanged), so a detour that happened to precede a win does not vote for itself.",
+    )
     ec_subgoal_value: float = Field(
         0.5,
         ge=0,

@@ -19,6 +19,9 @@ of the same task family whose states are nearest (k = `ec_neighbours`):
               repeated in the same situation        -> -ec_loop_penalty
                 (`crl.tasks.situations`: the same observation, less what the task says does
                 not fix the state)
+              a detour, with `ec_loop_erasure` (its episode later stood again in the situation
+                it was taken in: loop erasure leaves it off the path)
+                                                    -> 0 in a success, the failure's value otherwise
               otherwise the larger of
                 the outcome: episode succeeded d steps later -> +gamma^d, failed -> -gamma^d
                 a milestone: a sub-goal reached d' steps later -> ec_subgoal_value * gamma^d'
@@ -179,6 +182,8 @@ def step_return(step: StepRecord, config: RetrievalConfig) -> float | None:
         return -config.ec_loop_penalty
     discounted = config.ec_gamma ** (step.steps_to_end or 0)
     outcome = discounted if step.episode_outcome == "success" else -discounted
+    if config.ec_loop_erasure and step.detour:
+        return min(outcome, 0.0)
     if step.subgoal_in is None or config.ec_subgoal_value <= 0:
         return outcome
     return max(outcome, config.ec_subgoal_value * config.ec_gamma**step.subgoal_in)
@@ -319,7 +324,7 @@ def action_values(
             av.support += w
             total += w * vote.ret
             av.n += 1
-            av.successes += step.episode_outcome == "success"
+            av.successes += step.episode_outcome == "success" and not (config.ec_loop_erasure and step.detour)
             av.failures += step.episode_outcome == "failure"
             av.invalid += not step.valid
             av.repeated += step.valid and step.repeated
