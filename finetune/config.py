@@ -102,6 +102,11 @@ class FinetuneConfig(BaseModel):
         description="Known-losing hard negatives: failed episodes (and no successful one) that took the action "
         "in the same or a near-identical state before it counts as known to lose.",
     )
+    sft_loop_erasure: bool = Field(
+        False,
+        description="SFT rows only from the loop-erased path of each won episode: a step the episode later came "
+        "back around (the take of a bottle dropped again, `memory.ingest.loop_erased_detours`) is not taught.",
+    )
     sft_targets: Literal["chosen", "soft"] = Field(
         "chosen",
         description="SFT targets: 'chosen' teaches the action each step took; 'soft' teaches, at steps the "

@@ -45,9 +45,10 @@ from crl.finetune.prompt_replay import PromptCounter, PromptShape, StepPrompt, r
 from crl.finetune.source import LoadedEpisodes, SourceEpisode
 from crl.finetune.synthetic_weight import weigh_synthetic
 from crl.finetune.tool_rows import is_native_call, tool_completion, tool_skip_reason, tools_column, trl_messages
-from crl.memory.ingest import history_action
+from crl.memory.ingest import history_action, loop_erased_detours
 from crl.memory.records import state_text
 from crl.memory.trajectory import Step
+from crl.tasks.situations import situation_of
 
 Message = dict[str, str]
 Embed = Callable[[list[str]], np.ndarray]
@@ -144,6 +145,13 @@ def episode_prompts(
     )
 
 
+def _detours(episode: SourceEpisode) -> set[int]:
+    """Indices of the episode's steps that loop erasure leaves off its path (`loop_erased_detours`)."""
+    situation = situation_of(episode.record.task)
+    steps = sorted(episode.steps, key=lambda st: st.index)
+    return {steps[i].index for i in loop_erased_detours([situation(st.observation) for st in steps])}
+
+
 def build_sft(
     loaded: LoadedEpisodes,
     config: FinetuneConfig,
@@ -171,9 +179,13 @@ def build_sft(
     stripped = not_asked = templates_changed = 0
     for episode in sorted(loaded.episodes, key=lambda e: e.record.source == "synthetic"):
         prompts = episode_prompts(episode, config, counter)
+        detours = _detours(episode) if config.sft_loop_erasure else set()
         for step, prompt in zip(episode.steps, prompts):
             if step.index in episode.quarantined_steps:
                 dropped["quarantined-step"] += 1
+                continue
+            if step.index in detours:
+                dropped["detour"] += 1
                 continue
             if not step.valid or not step.action:
                 dropped["invalid-step"] += 1

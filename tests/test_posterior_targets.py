@@ -148,6 +148,21 @@ def test_chosen_targets_teach_one_row_per_state_without_weight_columns():
     assert "target_mass" not in built.rows[0] and built.stats["targets"] == {"mode": "chosen"}
 
 
+def test_loop_erased_sft_teaches_only_the_path_a_won_episode_took():
+    steps = [
+        step(0, "A pantry.", "take bottle"),
+        step(1, "A pantry, holding a bottle.", "drop bottle"),
+        step(2, "A pantry.", "go west"),
+        step(3, "A hall.", "take key"),
+    ]
+    loaded = LoadedEpisodes([episode("e1", steps)], Counter())
+    taught = build_sft(loaded, CONFIG.model_copy(update={"sft_loop_erasure": True}))
+    assert [r["completion"][0]["content"] for r in taught.rows] == ["Action: go west", "Action: take key"]
+    assert taught.dropped["detour"] == 2
+    every = build_sft(loaded, CONFIG)
+    assert len(every.rows) == 4 and "detour" not in every.dropped
+
+
 def test_a_posterior_choice_the_loop_breaker_replaced_teaches_what_was_done():
     posterior = logged({"go west": 0.6, "look": 0.4}, chosen="look")
     built = build_sft(LoadedEpisodes([episode("e1", [step(0, "A pantry.", "go west", posterior)])], Counter()), SOFT)
