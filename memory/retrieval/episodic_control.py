@@ -172,6 +172,11 @@ def played_by(step: StepRecord, actor: str) -> bool:
     return step.source != "synthetic" and bool(step.model) and actor_key(step.model, step.adapter) == actor
 
 
+def erased(step: StepRecord, config: RetrievalConfig) -> bool:
+    """Whether loop-erased credit (`config.ec_loop_erasure`) takes the win after `step` away (a detour)."""
+    return config.ec_loop_erasure and step.detour
+
+
 def step_return(step: StepRecord, config: RetrievalConfig) -> float | None:
     """What followed a stored step (module docstring); None when its episode never ended."""
     if step.episode_outcome == "unfinished":
@@ -182,7 +187,7 @@ def step_return(step: StepRecord, config: RetrievalConfig) -> float | None:
         return -config.ec_loop_penalty
     discounted = config.ec_gamma ** (step.steps_to_end or 0)
     outcome = discounted if step.episode_outcome == "success" else -discounted
-    if config.ec_loop_erasure and step.detour:
+    if erased(step, config):
         return min(outcome, 0.0)
     if step.subgoal_in is None or config.ec_subgoal_value <= 0:
         return outcome
@@ -324,7 +329,7 @@ def action_values(
             av.support += w
             total += w * vote.ret
             av.n += 1
-            av.successes += step.episode_outcome == "success" and not (config.ec_loop_erasure and step.detour)
+            av.successes += step.episode_outcome == "success" and not erased(step, config)
             av.failures += step.episode_outcome == "failure"
             av.invalid += not step.valid
             av.repeated += step.valid and step.repeated
