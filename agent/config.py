@@ -95,6 +95,12 @@ class PosteriorSettings(BaseModel):
         description="The most support an untried action's optimistic q carries; unset: the state's whole support "
         "(which says how sure the baseline is, not the guess about an action nobody took).",
     )
+    untried_floor: bool = Field(
+        False,
+        description="An untried action's q is never below the state's baseline: where stored episodes mostly won, "
+        "'never tried here' is no evidence against an action, so one stored vote of a detour no longer outranks "
+        "the model's untried favourite.",
+    )
     condition: Literal["purpose", "task"] = Field(
         "purpose",
         description="With same_task, what voting experience shares: purpose (the sub-goal it worked toward: "
@@ -130,6 +136,7 @@ class PosteriorSettings(BaseModel):
             self.condition,
             self.other_actor_weight,
             untried_support=self.untried_support,
+            untried_floor=self.untried_floor,
         )
         return PosteriorPolicy(config, self.temperature)
 

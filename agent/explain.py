@@ -105,6 +105,7 @@ def posterior_table(posterior: dict) -> Table:
         f"support scale {posterior['support_scale']:g}"
         + (", untried actions explored" if posterior.get("explore_untried") else "")
         + (f" with support at most {posterior['untried_support']:g}" if posterior.get("untried_support") else "")
+        + (", never below the baseline" if posterior.get("untried_floor") else "")
         + ")"
     )
     table = Table(show_header=True, header_style="bold", title=title, title_justify="left")

@@ -102,6 +102,13 @@ class PosteriorConfig:
             "help": "The most support an untried action's optimistic q carries (None: the state's whole support)."
         },
     )
+    untried_floor: bool = field(
+        default=False,
+        metadata={
+            "help": "An untried action's q is never below the state's baseline: where stored episodes mostly "
+            "won, 'never tried here' is no evidence against an action (`memory_advantages`)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.condition not in ("purpose", "task"):
@@ -200,6 +207,7 @@ class PosteriorDecision:
             "support_scale": self.config.support_scale,
             "explore_untried": self.config.explore_untried,
             "untried_support": self.config.untried_support,
+            "untried_floor": self.config.untried_floor,
             "avoided": list(self.avoided),
             "actions": {
                 a: {

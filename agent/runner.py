@@ -298,6 +298,7 @@ class Runner:
                     actor=self.actor,
                     other_actor_weight=config.other_actor_weight,
                     untried_support=config.untried_support,
+                    untried_floor=config.untried_floor,
                 )
             rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
             avoid = (
@@ -458,6 +459,7 @@ class Runner:
                 self.actor,
                 config.other_actor_weight,
                 config.untried_support,
+                config.untried_floor,
             )
             if advisor
             else {}

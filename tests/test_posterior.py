@@ -265,6 +265,28 @@ def test_capped_untried_support_keeps_an_unknown_distractor_from_outvoting_the_m
         PosteriorConfig(untried_support=0)
 
 
+def test_untried_floor_keeps_never_tried_from_counting_against_an_action_where_memory_won():
+    """In a state whose stored episodes won, the optimistic q of 0.1 sits far below the baseline:
+    every untried action looks like a sure loser and one vote of a detour outranks the model's
+    favourite. With the floor, "never tried here" is worth the baseline (advantage 0) and the
+    favourite stands; where everything stored lost, the floor leaves the optimism as it was."""
+    won = [("go north", "success", 1, 1.0)] * 4 + [("take grey bottle", "success", 6, 1.0)]
+    probs = {"go west": 0.6, "take grey bottle": 0.3, "look": 0.1}
+    plain = memory_advantages(_votes(*won), list(probs), CFG, untried=0.1)
+    floored = memory_advantages(_votes(*won), list(probs), CFG, untried=0.1, untried_floor=True)
+    assert plain["go west"].advantage < floored["take grey bottle"].advantage < 0
+    assert floored["go west"].advantage == pytest.approx(0.0) and floored["go west"].n == 0
+    assert floored["take grey bottle"] == plain["take grey bottle"]
+    assert decide(probs, plain, PosteriorConfig()).chosen == "take grey bottle"
+    decision = decide(probs, floored, PosteriorConfig(untried_floor=True))
+    assert decision.chosen == "go west" and decision.to_dict()["untried_floor"] is True
+
+    lost = [("examine door", "failure", 1, 1.0)] * 3
+    before = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=0.1)
+    after = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=0.1, untried_floor=True)
+    assert after == before and after["go west"].advantage > 0
+
+
 # --- experience of other actors (other_actor_weight) ------------------------------------------
 
 BASE = "smollm2-135m-instruct"

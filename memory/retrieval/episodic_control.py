@@ -536,6 +536,7 @@ def memory_advantages(
     other_actor_weight: float = 1.0,
     roles: ActionRoles | None = None,
     untried_support: float | None = None,
+    untried_floor: bool = False,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -560,6 +561,10 @@ def memory_advantages(
             state's whole support). The state's support says how sure the baseline is, not how
             sure the guess about an action nobody took is; capped, an untried action no longer
             outweighs an action with a few real votes.
+        untried_floor: an untried action's q is never below the state's baseline, so "never tried
+            here" is no evidence against it: where stored episodes mostly won, untried actions keep
+            advantage 0 (the model decides between them and what memory saw lose) instead of
+            `untried` - baseline < 0; where they mostly lost, the optimism stands.
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -582,8 +587,9 @@ def memory_advantages(
     if untried is None or state_support <= 0:
         return found
     support = state_support if untried_support is None else min(state_support, untried_support)
+    q = max(untried, baseline) if untried_floor else untried
     unknown = {
-        action: MemoryAdvantage(action, untried, baseline, support, 0, f"{action} → never tried here")
+        action: MemoryAdvantage(action, q, baseline, support, 0, f"{action} → never tried here")
         for action in admissible
         if action not in found
     }
