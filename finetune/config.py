@@ -103,9 +103,10 @@ class FinetuneConfig(BaseModel):
         "in the same or a near-identical state before it counts as known to lose.",
     )
     sft_loop_erasure: bool = Field(
-        False,
+        True,
         description="SFT rows only from the loop-erased path of each won episode: a step the episode later came "
-        "back around (the take of a bottle dropped again, `memory.ingest.loop_erased_detours`) is not taught.",
+        "back around (the take of a bottle dropped again, `memory.ingest.loop_erased_detours`) is not taught. "
+        "False teaches every step of a won episode, detours included.",
     )
     sft_targets: Literal["chosen", "soft"] = Field(
         "chosen",

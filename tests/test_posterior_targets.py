@@ -156,10 +156,11 @@ def test_loop_erased_sft_teaches_only_the_path_a_won_episode_took():
         step(3, "A hall.", "take key"),
     ]
     loaded = LoadedEpisodes([episode("e1", steps)], Counter())
-    taught = build_sft(loaded, CONFIG.model_copy(update={"sft_loop_erasure": True}))
+    taught = build_sft(loaded, CONFIG)
+    assert CONFIG.sft_loop_erasure, "loop erasure is the default"
     assert [r["completion"][0]["content"] for r in taught.rows] == ["Action: go west", "Action: take key"]
     assert taught.dropped["detour"] == 2
-    every = build_sft(loaded, CONFIG)
+    every = build_sft(loaded, CONFIG.model_copy(update={"sft_loop_erasure": False}))
     assert len(every.rows) == 4 and "detour" not in every.dropped
 
 
