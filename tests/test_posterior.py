@@ -353,3 +353,5 @@ def test_explain_names_the_cap_on_untried_support():
     assert decision["untried_support"] == 0.25
     assert "untried actions explored with support at most 0.25)" in posterior_table(decision).title
     assert "support at most" not in posterior_table(decide(probs, memory, PosteriorConfig()).to_dict()).title
+    floored = decide(probs, memory, PosteriorConfig(untried_support=0.25, untried_floor=True)).to_dict()
+    assert posterior_table(floored).title.endswith("at most 0.25, never below the baseline)")
