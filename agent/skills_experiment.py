@@ -246,6 +246,21 @@ class SkillsExperiment:
             points = [SkillsPoint(**p) for p in r["points"]]
             self.runs.append(SkillsRun(r["arm"], r["repeat"], points, test, r["seconds"], r.get("done", False)))
 
+    def kept_points(self) -> int:
+        """The dev points an earlier run of this spec in `out_dir` saved that a resume keeps (those of
+        finished arm-repeats, and of a `skills+sft` run's finished rounds): where a progress bar starts."""
+        probe = SkillsExperiment(self.spec, self.out_dir)
+        try:
+            probe.load()
+        except ValueError:
+            return 0
+        return sum(
+            len(r.points)
+            for r in probe.runs
+            if r.arm in self.spec.arms
+            and (r.done or (r.points and probe.snapshot(r.arm, r.repeat, len(r.points)).is_dir()))
+        )
+
     def save(self) -> None:
         """Write `results.json` atomically."""
         tmp = self.path.with_suffix(".tmp")

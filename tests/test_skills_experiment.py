@@ -251,6 +251,8 @@ def test_an_interrupted_sft_round_resumes_after_the_last_finished_one_from_its_s
         SkillsExperiment(spec, tmp_path).run()
     saved = json.loads((tmp_path / "results.json").read_text())["runs"][1]
     assert saved["arm"] == "skills+sft" and not saved["done"] and len(saved["points"]) == 1
+    assert SkillsExperiment(spec, tmp_path).kept_points() == 2  # the skills point and round 1, from its snapshot
+    assert SkillsExperiment(SkillsSpec(arms=["skills"], repeats=1), tmp_path).kept_points() == 0  # another spec
     crash["at"] = None
     SkillsExperiment(spec, tmp_path).run()
     (run,) = [r for r in json.loads((tmp_path / "results.json").read_text())["runs"] if r["arm"] == "skills+sft"]
@@ -260,6 +262,7 @@ def test_an_interrupted_sft_round_resumes_after_the_last_finished_one_from_its_s
     assert [p["env_steps"] for p in run["points"]] == [100, 105, 110]  # 4 steps + 1 replay step per round
     assert [r["round"] for r in run["points"][-1]["detail"]["sft_rounds"]] == [2, 3]
     assert not list(tmp_path.glob("skills-sft/repeat-0-after-*"))
+    assert SkillsExperiment(spec, tmp_path).kept_points() == 4
 
 
 def test_align_has_each_new_adapter_play_with_memory_before_its_evaluation_with_memory(tmp_path, monkeypatch):

@@ -235,10 +235,9 @@ def skills(
         align=align,
     )
     total = sum(stages(spec, a) * (1 if a == "none" else repeats) for a in arm_list if a in ARMS)
-    with EpisodeProgress(total, err, description=f"skills {task}") as progress:
-        experiment = SkillsExperiment(
-            spec, out_dir, on_point=lambda run, point: progress.point_done(run.arm, point.rate)
-        )
+    experiment = SkillsExperiment(spec, out_dir)
+    with EpisodeProgress(total, err, initial=experiment.kept_points(), description=f"skills {task}") as progress:
+        experiment.on_point = lambda run, point: progress.point_done(run.arm, point.rate)
         results = experiment.run()
     rows = summarise(results)
     emit(rows, as_json, skills_view(rows, out_dir))
