@@ -254,12 +254,11 @@ class SkillsExperiment:
             probe.load()
         except ValueError:
             return 0
-        return sum(
-            len(r.points)
-            for r in probe.runs
-            if r.arm in self.spec.arms
-            and (r.done or (r.points and probe.snapshot(r.arm, r.repeat, len(r.points)).is_dir()))
-        )
+        return sum(len(r.points) for r in probe.runs if r.arm in self.spec.arms and probe.resumable(r))
+
+    def resumable(self, run: SkillsRun) -> bool:
+        """Whether a resume keeps this saved arm-repeat: finished, or with a snapshot of its last point."""
+        return run.done or bool(run.points and self.snapshot(run.arm, run.repeat, len(run.points)).is_dir())
 
     def save(self) -> None:
         """Write `results.json` atomically."""
@@ -273,7 +272,7 @@ class SkillsExperiment:
         except a `skills+sft` run with finished rounds, which resumes from the snapshot of its last."""
         for i, r in enumerate(self.runs):
             if (r.arm, r.repeat) == (arm, repeat):
-                if r.done or (r.points and self.snapshot(arm, repeat, len(r.points)).is_dir()):
+                if self.resumable(r):
                     return r
                 self.runs[i] = SkillsRun(arm, repeat)
                 shutil.rmtree(self.home(arm, repeat), ignore_errors=True)
