@@ -36,7 +36,8 @@ also played on `test_episodes` test seeds, memory frozen (evaluations never writ
 Results go to `results.json` after every point; an interrupted experiment resumes where it
 stopped (an arm-repeat that stopped mid-stage is played again from a fresh data directory; a
 `skills+sft` run that finished some SFT rounds resumes after its last, from a copy of its data
-directory taken then).
+directory taken then). Run again with more arms or repeats and every other setting the same, a
+folder's experiment is extended: its finished arm-repeats are kept, and its spec lists the union.
 The report (`table.md`, `curve.png`) is `crl.agent.skills_report`.
 """
 
@@ -213,8 +214,27 @@ def spec_of(saved: dict[str, Any]) -> SkillsSpec:
     return SkillsSpec(**{k: v for k, v in saved.items() if k in SkillsSpec.__dataclass_fields__})
 
 
+EXTENSIBLE = ("arms", "repeats")
+
+
+def spec_differences(saved: SkillsSpec, spec: SkillsSpec) -> list[str]:
+    """The fields, other than the arms and the number of repeats, in which `spec` differs from the
+    `saved` one ("phase1 16, here 8"); empty when `spec` may resume or extend the saved experiment."""
+    old, new = asdict(saved), asdict(spec)
+    return [f"{k} {old[k]!r}, here {new[k]!r}" for k in old if k not in EXTENSIBLE and old[k] != new[k]]
+
+
+def merged_spec(saved: SkillsSpec | None, spec: SkillsSpec) -> SkillsSpec:
+    """What a folder holds after `spec` extended the `saved` experiment: every arm either played, in
+    the canonical order, and the larger number of repeats."""
+    if saved is None:
+        return spec
+    arms = [a for a in ARMS if a in saved.arms or a in spec.arms]
+    return SkillsSpec(**(asdict(spec) | {"arms": arms, "repeats": max(saved.repeats, spec.repeats)}))
+
+
 class SkillsExperiment:
-    """Runs (or resumes) the experiment of `spec` in `out_dir`."""
+    """Runs (or resumes, or extends with more arms or repeats) the experiment of `spec` in `out_dir`."""
 
     def __init__(
         self,
@@ -229,6 +249,7 @@ class SkillsExperiment:
         self.on_point = on_point
         self.path = self.out_dir / "results.json"
         self.runs: list[SkillsRun] = []
+        self.saved_spec: SkillsSpec | None = None
         self.subtasks = subtasks_of(spec.task)
 
     # ---- bookkeeping ------------------------------------------------------------------------
@@ -239,8 +260,11 @@ class SkillsExperiment:
         if not self.path.exists():
             return
         old = json.loads(self.path.read_text())
-        if asdict(spec_of(old["spec"])) != asdict(self.spec):
-            raise ValueError(f"{self.path} holds a different experiment; choose another --out")
+        saved = spec_of(old["spec"])
+        differ = spec_differences(saved, self.spec)
+        if differ:
+            raise ValueError(f"{self.path} holds a different experiment ({'; '.join(differ)}); choose another --out")
+        self.saved_spec = saved
         for r in old["runs"]:
             test = SkillsPoint(**r["test"]) if r.get("test") else None
             points = [SkillsPoint(**p) for p in r["points"]]
@@ -254,7 +278,11 @@ class SkillsExperiment:
             probe.load()
         except ValueError:
             return 0
-        return sum(len(r.points) for r in probe.runs if r.arm in self.spec.arms and probe.resumable(r))
+        return sum(
+            len(r.points)
+            for r in probe.runs
+            if r.arm in self.spec.arms and r.repeat < self.spec.repeats and probe.resumable(r)
+        )
 
     def resumable(self, run: SkillsRun) -> bool:
         """Whether a resume keeps this saved arm-repeat: finished, or with a snapshot of its last point."""
@@ -263,7 +291,7 @@ class SkillsExperiment:
     def save(self) -> None:
         """Write `results.json` atomically."""
         tmp = self.path.with_suffix(".tmp")
-        data = {"spec": asdict(self.spec), "runs": [asdict(r) for r in self.runs]}
+        data = {"spec": asdict(merged_spec(self.saved_spec, self.spec)), "runs": [asdict(r) for r in self.runs]}
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self.path)
 

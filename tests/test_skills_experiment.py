@@ -310,3 +310,43 @@ def test_align_has_each_new_adapter_play_with_memory_before_its_evaluation_with_
     assert first["env_steps"] == 100 + 7 and second["env_steps"] == first["env_steps"] + 5 + 7
     with pytest.raises(ValueError, match="align"):
         SkillsSpec(align=-1)
+
+
+def test_running_again_with_more_repeats_or_arms_extends_the_experiment_and_keeps_what_it_played(tmp_path, monkeypatch):
+    from crl.agent.skills_experiment import SkillsExperiment, SkillsPoint
+
+    played: list[tuple[str, int]] = []
+
+    def arm(name):
+        def play(self, run, repeat):
+            played.append((name, repeat))
+            self.add(run, SkillsPoint(name, 10 * (repeat + 1), 1, 2), 0.0)
+
+        return play
+
+    for name in ("none", "skills", "drrn"):
+        monkeypatch.setattr(SkillsExperiment, "_" + name, arm(name))
+    monkeypatch.setattr("crl.agent.skills_report.write_report", lambda *a: None)
+    small = dict(eval_episodes=2, test_episodes=0, phase1=4)
+
+    SkillsExperiment(SkillsSpec(arms=["none", "skills"], repeats=1, **small), tmp_path).run()
+    more = SkillsSpec(arms=["none", "skills"], repeats=3, **small)
+    assert SkillsExperiment(more, tmp_path).kept_points() == 2
+    SkillsExperiment(more, tmp_path).run()
+    assert played == [("none", 0), ("skills", 0), ("skills", 1), ("skills", 2)]  # the model alone is deterministic
+
+    played.clear()
+    data = SkillsExperiment(SkillsSpec(arms=["drrn"], repeats=1, **small), tmp_path).run()
+    assert played == [("drrn", 0)]
+    assert data["spec"]["arms"] == ["drrn", "none", "skills"] and data["spec"]["repeats"] == 3
+    assert sorted((r["arm"], r["repeat"]) for r in data["runs"]) == [
+        ("drrn", 0),
+        ("none", 0),
+        ("skills", 0),
+        ("skills", 1),
+        ("skills", 2),
+    ]
+    assert SkillsExperiment(SkillsSpec(arms=["skills"], repeats=1, **small), tmp_path).kept_points() == 1
+
+    with pytest.raises(ValueError, match="phase1 4, here 8"):
+        SkillsExperiment(SkillsSpec(arms=["skills"], repeats=1, eval_episodes=2, test_episodes=0), tmp_path).run()

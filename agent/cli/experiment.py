@@ -195,7 +195,9 @@ def skills(
         "evaluation with memory (0: none).",
     ),
     out_dir: Path = typer.Option(
-        Path("experiments/skills"), "--out", help="Results folder (an interrupted experiment resumes)."
+        Path("experiments/skills"),
+        "--out",
+        help="Results folder: an interrupted experiment resumes; run again with more --arms or --repeats to extend it.",
     ),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Step limit per agent episode."),
     parallel: int | None = typer.Option(None, "--parallel", "-k", help="Episodes played at once (batched)."),
