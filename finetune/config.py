@@ -108,6 +108,14 @@ class FinetuneConfig(BaseModel):
         "back around (the take of a bottle dropped again, `memory.ingest.loop_erased_detours`) is not taught. "
         "False teaches every step of a won episode, detours included.",
     )
+    sft_minimal: bool = Field(
+        False,
+        description="SFT rows only from the steps a won episode needed: its actions are replayed in the real "
+        "environment with one step left out at a time (greedily, starting from the loop-erased path), and a step "
+        "the game is still won without is not taught (the take of a vase carried to the end, a look around; "
+        "`memory.synthesis.minimal`). Costs replays of each won episode at build time; an episode that does not "
+        "win again on replay keeps every step.",
+    )
     sft_targets: Literal["chosen", "soft"] = Field(
         "chosen",
         description="SFT targets: 'chosen' teaches the action each step took; 'soft' teaches, at steps the "

@@ -152,6 +152,19 @@ def _detours(episode: SourceEpisode) -> set[int]:
     return {steps[i].index for i in loop_erased_detours([situation(st.observation) for st in steps])}
 
 
+def _unneeded(episode: SourceEpisode, detours: set[int], spent: Counter) -> set[int]:
+    """Indices of the won episode's steps its win did not need (`memory.synthesis.minimal`): replayed
+    from its loop-erased, valid steps, leaving out one at a time. `spent` counts the replays' cost."""
+    from crl.memory.synthesis.minimal import needed_positions
+
+    steps = sorted(episode.steps, key=lambda st: st.index)
+    candidates = [i for i, st in enumerate(steps) if st.valid and st.action and st.index not in detours]
+    found = needed_positions(episode.record.task, episode.record.seed, [st.action for st in steps], candidates)
+    spent["env_steps"] += found.env_steps
+    spent["episodes" if found.replayed else "not_replayable"] += 1
+    return {steps[i].index for i in found.left_out} if found.replayed else set()
+
+
 def build_sft(
     loaded: LoadedEpisodes,
     config: FinetuneConfig,
@@ -177,15 +190,20 @@ def build_sft(
     sources: list[Step] = []
     synthetic: list[bool] = []
     stripped = not_asked = templates_changed = 0
+    minimal: Counter = Counter()
     for episode in sorted(loaded.episodes, key=lambda e: e.record.source == "synthetic"):
         prompts = episode_prompts(episode, config, counter)
         detours = _detours(episode) if config.sft_loop_erasure else set()
+        unneeded = _unneeded(episode, detours, minimal) if config.sft_minimal else set()
         for step, prompt in zip(episode.steps, prompts):
             if step.index in episode.quarantined_steps:
                 dropped["quarantined-step"] += 1
                 continue
             if step.index in detours:
                 dropped["detour"] += 1
+                continue
+            if step.index in unneeded:
+                dropped["unneeded"] += 1
                 continue
             if not step.valid or not step.action:
                 dropped["invalid-step"] += 1
@@ -244,6 +262,7 @@ def build_sft(
             "by_task": dict(Counter(r["task"] for r in rows)),
             "targets": targets,
             "synthetic": share.to_dict(),
+            **({"minimal": dict(minimal)} if config.sft_minimal else {}),
         },
     )
 
