@@ -153,16 +153,14 @@ def _detours(episode: SourceEpisode) -> set[int]:
 
 
 def _unneeded(episode: SourceEpisode, detours: set[int], spent: Counter) -> set[int]:
-    """Indices of the won episode's steps its win did not need (`memory.synthesis.minimal`): replayed
-    from its loop-erased, valid steps, leaving out one at a time. `spent` counts the replays' cost."""
-    from crl.memory.synthesis.minimal import needed_positions
+    """Indices of the won episode's steps its win did not need (`memory.synthesis.minimal`), replayed
+    from its loop-erased, valid steps. `spent` counts the replays' cost."""
+    from crl.memory.synthesis.minimal import unneeded_steps
 
-    steps = sorted(episode.steps, key=lambda st: st.index)
-    candidates = [i for i, st in enumerate(steps) if st.valid and st.action and st.index not in detours]
-    found = needed_positions(episode.record.task, episode.record.seed, [st.action for st in steps], candidates)
+    unneeded, found = unneeded_steps(episode.record.task, episode.record.seed, episode.steps, detours)
     spent["env_steps"] += found.env_steps
     spent["episodes" if found.replayed else "not_replayable"] += 1
-    return {steps[i].index for i in found.left_out} if found.replayed else set()
+    return unneeded
 
 
 def build_sft(

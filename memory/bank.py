@@ -166,7 +166,9 @@ class ExperienceBank(CurationMixin):
                 )
             self.view = ChromaView(self._client, model, self.config, self.journal.journal_id)
             self.content = ContentSource(self.runs_dir, self.dir)
-            materializer = Materializer(self.view, model, self.content)
+            materializer = Materializer(
+                self.view, model, self.content, unneeded_of=_episode_unneeded if self.config.minimal_credit else None
+            )
             self.keeper = ViewKeeper(self.dir, self.journal, self.view, materializer, self.mode)
             self.keeper.open(rebuild_on_model_change)
         except BaseException:
@@ -782,3 +784,10 @@ class ExperienceBank(CurationMixin):
         if missing:
             raise RecordNotFoundError(f"no memory record {', '.join(map(repr, missing))}; see `crl memory ls`")
         return resolved
+
+
+def _episode_unneeded(episode: Episode) -> set[int]:
+    """`memory.synthesis.minimal.episode_unneeded`, imported when a bank with `minimal_credit` stores an episode."""
+    from crl.memory.synthesis.minimal import episode_unneeded
+
+    return episode_unneeded(episode)

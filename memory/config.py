@@ -162,6 +162,13 @@ class MemoryConfig(BaseModel):
         "ids and distances from the index and the records it has not seen before from Chroma; 0 turns it off. A "
         "server store is never cached (other writers change it).",
     )
+    minimal_credit: bool = Field(
+        False,
+        description="When a won episode is stored (and when the bank is rebuilt), replay it with steps left out "
+        "(`memory.synthesis.minimal`) and mark the steps its win did not need (`StepRecord.unneeded`): with "
+        "loop-erased credit (`retrieval.ec_loop_erasure`) they, like detours, earn nothing from the win. Costs "
+        "replays of each won episode; `crl memory rebuild` marks an existing bank.",
+    )
     history_steps: int = Field(
         3, ge=0, description="Previous actions included in a step's state text (the 'short history')."
     )

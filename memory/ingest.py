@@ -6,6 +6,7 @@ Pure functions: the bank computes novelty against the view, journals the tags, t
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from crl.memory import tags
@@ -113,9 +114,10 @@ def verification_of(episode: Episode) -> str | None:
 
 
 def build_records(
-    episode: Episode, t: EpisodeTags, history_steps: int, now: float
+    episode: Episode, t: EpisodeTags, history_steps: int, now: float, unneeded: Collection[int] = ()
 ) -> tuple[EpisodeRecord, list[StepRecord]]:
-    """The episode record and step records of `episode`, tagged with `t`, stamped `now`."""
+    """The episode record and step records of `episode`, tagged with `t`, stamped `now`; the steps at
+    positions `unneeded` are marked as not needed by the episode's win (`memory.synthesis.minimal`)."""
     family, variant = episode.family, episode.variant
     outcome = tags.outcome_of(episode)
     verified_by = verification_of(episode)
@@ -200,6 +202,7 @@ def build_records(
                 episode_length=len(episode.steps),
                 repeated=repeated,
                 detour=i in detours,
+                unneeded=i in unneeded,
                 subgoal_in=subgoal_in[i],
                 purpose=purposes[i][0],
                 purpose_in=purposes[i][1],

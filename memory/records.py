@@ -317,6 +317,11 @@ class StepRecord(_Record):
         description="The step lies on a cycle of its episode: a later step stood in the situation this one was "
         "taken in, so loop erasure leaves it off the path the episode took to its end.",
     )
+    unneeded: bool = Field(
+        False,
+        description="The step's won episode, replayed without it (and loop-erased), is still won: its win did not "
+        "need it (`memory.synthesis.minimal`; marked only with `memory.minimal_credit`).",
+    )
     subgoal_in: int | None = Field(
         None,
         ge=0,

@@ -73,3 +73,38 @@ def test_a_drop_and_retake_of_the_key_goes_without_loop_erasure_and_an_early_win
     found = needed_steps(TASK, SEED, [*detour, "look"])
     assert [detour[j] for j in found.kept] == plan
     assert found.replayed and len(found.left_out) == 3
+
+
+def test_a_bank_with_minimal_credit_marks_the_steps_a_won_game_did_not_need_and_credit_skips_them(tmp_path):
+    from crl.memory.retrieval.config import RetrievalConfig
+    from crl.memory.retrieval.episodic_control import step_return
+    from crl.memory.trajectory import Episode
+    from tests.retrieval_fixtures import open_test_bank
+
+    plan = solve(SEED, "compound")
+    padded = ["take orange vase", *plan[:3], "drop orange vase", *plan[3:]]
+    played = won_episode(padded)
+    episode = Episode(episode_id="r1-0000", run_id="r1", task=TASK, seed=SEED, goal=played.record.goal, model="m")
+    episode.steps = played.steps
+    episode.status, episode.success, episode.total_return = "done", True, 1.0
+
+    def stored(path, **fields):
+        bank = open_test_bank(path, **fields)
+        try:
+            bank.ingest_episode(episode)
+            return [bank.get(f"st:keyroom:r1-0000:{i}") for i in range(len(padded))]
+        finally:
+            bank.close()
+
+    marked = stored(tmp_path / "minimal", minimal_credit=True)
+    assert [s.action for s in marked if s.unneeded] == ["take orange vase", "drop orange vase"]
+    assert not any(s.unneeded for s in stored(tmp_path / "plain"))
+    bank = open_test_bank(tmp_path / "plain", minimal_credit=True)
+    try:
+        bank.rebuild()  # `crl memory rebuild`: an existing bank gets the marks
+        assert bank.get("st:keyroom:r1-0000:0").unneeded and not bank.get("st:keyroom:r1-0000:1").unneeded
+    finally:
+        bank.close()
+    credit = RetrievalConfig(ec_loop_erasure=True)
+    assert step_return(marked[0], credit) == 0.0 and step_return(marked[1], credit) > 0
+    assert step_return(marked[0], RetrievalConfig()) > 0

@@ -20,7 +20,8 @@ of the same task family whose states are nearest (k = `ec_neighbours`):
                 (`crl.tasks.situations`: the same observation, less what the task says does
                 not fix the state)
               a detour, with `ec_loop_erasure` (its episode later stood again in the situation
-                it was taken in: loop erasure leaves it off the path)
+                it was taken in: loop erasure leaves it off the path; or, where
+                `memory.minimal_credit` marked it, a step the won episode did not need)
                                                     -> 0 in a success, the failure's value otherwise
               otherwise the larger of
                 the outcome: episode succeeded d steps later -> +gamma^d, failed -> -gamma^d
@@ -173,8 +174,9 @@ def played_by(step: StepRecord, actor: str) -> bool:
 
 
 def erased(step: StepRecord, config: RetrievalConfig) -> bool:
-    """Whether loop-erased credit (`config.ec_loop_erasure`) takes the win after `step` away (a detour)."""
-    return config.ec_loop_erasure and step.detour
+    """Whether loop-erased credit (`config.ec_loop_erasure`) takes the win after `step` away: a detour,
+    or a step its won episode did not need (marked with `memory.minimal_credit`)."""
+    return config.ec_loop_erasure and (step.detour or step.unneeded)
 
 
 def step_return(step: StepRecord, config: RetrievalConfig) -> float | None:

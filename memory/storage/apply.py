@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +180,18 @@ def merge_curation(new: AnyRecord, old: AnyRecord) -> AnyRecord:
 class Materializer:
     """Applies journal entries to a `ChromaView`."""
 
-    def __init__(self, view: ChromaView, embedder: Any, content: ContentSource):
+    def __init__(
+        self,
+        view: ChromaView,
+        embedder: Any,
+        content: ContentSource,
+        unneeded_of: Callable[[Episode], set[int]] | None = None,
+    ):
+        """`unneeded_of` (`memory.minimal_credit`): a won real episode's steps its win did not need."""
         self.view = view
         self.embedder = embedder
         self.content = content
+        self.unneeded_of = unneeded_of
         self.cache = VectorCache()
         self.warnings: list[str] = []
 
@@ -246,7 +255,9 @@ class Materializer:
         ep = self._with_outcome(entry, ep)
         ep = episode_as_of(ep, int(p["n_steps"]), bool(p["finished"]))
         t = EpisodeTags(list(p["novelty"]), list(p["step_values"]), float(p["value"]))
-        ep_rec, steps = build_records(ep, t, int(p["history_steps"]), now=entry.time)
+        won = ep.finished and bool(ep.success) and ep.source == "real"
+        unneeded = self.unneeded_of(ep) if self.unneeded_of is not None and won else set()
+        ep_rec, steps = build_records(ep, t, int(p["history_steps"]), now=entry.time, unneeded=unneeded)
         ep_rec = ep_rec.model_copy(update={"source": p.get("source", ep_rec.source)})
         steps = [s.model_copy(update={"source": ep_rec.source}) for s in steps]
         located: dict[str, Located] = {}

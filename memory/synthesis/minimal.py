@@ -18,12 +18,15 @@ deterministic, or a record without its seed) is left as it was: every step count
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from crl.memory.ingest import loop_erased_detours
 from crl.memory.synthesis.replay import EnvFactory, replay
+from crl.memory.trajectory import Episode, Step
 from crl.tasks.base import TextEnv
 from crl.tasks.registry import make_env
+from crl.tasks.situations import situation_of
 
 
 @dataclass
@@ -120,6 +123,28 @@ def needed_steps(
         env.env.close()
 
 
+def unneeded_steps(
+    task: str, seed: int, steps: Sequence[Step], detours: Collection[int] = ()
+) -> tuple[set[int], Needed]:
+    """The `Step.index`es of a won episode's steps its win did not need, and what the replays found.
+
+    The replays start from the valid steps not in `detours` (the loop-erased path); an episode that
+    does not win again on replay has no unneeded steps.
+    """
+    ordered = sorted(steps, key=lambda st: st.index)
+    candidates = [i for i, st in enumerate(ordered) if st.valid and st.action and st.index not in detours]
+    found = needed_positions(task, seed, [st.action for st in ordered], candidates)
+    return ({ordered[i].index for i in found.left_out} if found.replayed else set()), found
+
+
+def episode_unneeded(episode: Episode) -> set[int]:
+    """The steps a won episode's win did not need, replayed from its loop-erased path (`memory.minimal_credit`)."""
+    situation = situation_of(episode.task)
+    ordered = sorted(episode.steps, key=lambda st: st.index)
+    detours = {ordered[i].index for i in loop_erased_detours([situation(st.observation) for st in ordered])}
+    return unneeded_steps(episode.task, episode.seed, ordered, detours)[0]
+
+
 def needed_positions(task: str, seed: int, actions: Sequence[str], candidates: Sequence[int] | None = None) -> Needed:
     """`needed_steps` with the task's real environment; an environment that cannot be built (a task
     whose plugin is not installed here) leaves every step as needed, with the reason."""
@@ -129,4 +154,4 @@ def needed_positions(task: str, seed: int, actions: Sequence[str], candidates: S
         return Needed(list(range(len(actions))), False, 0, f"not replayable here: {exc}")
 
 
-__all__ = ["Needed", "needed_positions", "needed_steps"]
+__all__ = ["Needed", "episode_unneeded", "needed_positions", "needed_steps", "unneeded_steps"]
