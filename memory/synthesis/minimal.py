@@ -2,7 +2,7 @@
 
 Loop erasure (`memory.ingest.loop_erased_detours`) drops the steps a winning episode later came
 back around. It keeps every step that changed the state for good, needed or not: the take of a
-vase carried to the end, a look around. Every task here is deterministic per seed, so the real
+vase carried to the end. Every task here is deterministic per seed, so the real
 environment can say which steps the win needed: replay the actions with one left out; if the game
 is still won (no action refused on the way), that step was not needed and stays out. Greedily,
 from the last step back, then the same with two neighbouring steps at once (a drop and the take
@@ -38,6 +38,7 @@ class Needed:
         replayed: whether the actions given won on replay at all (if not, `kept` is every position).
         env_steps: environment steps spent on the replays.
         reason: why nothing was left out, when the first replay did not win.
+        left_out: the positions the win did not need.
     """
 
     kept: list[int]
