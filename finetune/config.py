@@ -111,9 +111,9 @@ class FinetuneConfig(BaseModel):
     sft_minimal: bool = Field(
         False,
         description="SFT rows only from the steps a won episode needed: its actions are replayed in the real "
-        "environment with one step left out at a time (greedily, starting from the loop-erased path), and a step "
-        "the game is still won without is not taught (the take of a vase carried to the end, a look around; "
-        "`memory.synthesis.minimal`). Costs replays of each won episode at build time; an episode that does not "
+        "environment with one step, then two neighbouring steps, left out at a time (greedily, starting from the "
+        "loop-erased path), and a step the game is still won without is not taught (the take of a vase carried to "
+        "the end; `memory.synthesis.minimal`). Costs replays of each won episode at build time; an episode that does not "
         "win again on replay keeps every step.",
     )
     sft_targets: Literal["chosen", "soft"] = Field(

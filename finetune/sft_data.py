@@ -45,10 +45,9 @@ from crl.finetune.prompt_replay import PromptCounter, PromptShape, StepPrompt, r
 from crl.finetune.source import LoadedEpisodes, SourceEpisode
 from crl.finetune.synthetic_weight import weigh_synthetic
 from crl.finetune.tool_rows import is_native_call, tool_completion, tool_skip_reason, tools_column, trl_messages
-from crl.memory.ingest import history_action, loop_erased_detours
+from crl.memory.ingest import history_action, step_detours
 from crl.memory.records import state_text
 from crl.memory.trajectory import Step
-from crl.tasks.situations import situation_of
 
 Message = dict[str, str]
 Embed = Callable[[list[str]], np.ndarray]
@@ -146,10 +145,8 @@ def episode_prompts(
 
 
 def _detours(episode: SourceEpisode) -> set[int]:
-    """Indices of the episode's steps that loop erasure leaves off its path (`loop_erased_detours`)."""
-    situation = situation_of(episode.record.task)
-    steps = sorted(episode.steps, key=lambda st: st.index)
-    return {steps[i].index for i in loop_erased_detours([situation(st.observation) for st in steps])}
+    """Indices of the episode's steps that loop erasure leaves off its path (`step_detours`)."""
+    return step_detours(episode.record.task, episode.steps)
 
 
 def _unneeded(episode: SourceEpisode, detours: set[int], spent: Counter) -> set[int]:

@@ -6,7 +6,7 @@ Pure functions: the bank computes novelty against the view, journals the tags, t
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from crl.memory import tags
@@ -89,6 +89,14 @@ def loop_erased_detours(situations: list[str]) -> set[int]:
         detours.update(range(i, j))
         i = j + 1
     return detours
+
+
+def step_detours(task: str, steps: Sequence[Step]) -> set[int]:
+    """The `Step.index`es of an episode's steps that loop erasure leaves off its path, each step's
+    situation read by the task's `situation` (`loop_erased_detours`)."""
+    situation = situation_of(task)
+    ordered = sorted(steps, key=lambda st: st.index)
+    return {ordered[i].index for i in loop_erased_detours([situation(st.observation) for st in ordered])}
 
 
 def compute_tags(episode: Episode, novelty: list[float], weights: ValueWeights) -> EpisodeTags:

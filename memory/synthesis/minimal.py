@@ -21,12 +21,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from crl.memory.ingest import loop_erased_detours
+from crl.memory.ingest import step_detours
 from crl.memory.synthesis.replay import EnvFactory, replay
 from crl.memory.trajectory import Episode, Step
 from crl.tasks.base import TextEnv
 from crl.tasks.registry import make_env
-from crl.tasks.situations import situation_of
 
 
 @dataclass
@@ -140,10 +139,7 @@ def unneeded_steps(
 
 def episode_unneeded(episode: Episode) -> set[int]:
     """The steps a won episode's win did not need, replayed from its loop-erased path (`memory.minimal_credit`)."""
-    situation = situation_of(episode.task)
-    ordered = sorted(episode.steps, key=lambda st: st.index)
-    detours = {ordered[i].index for i in loop_erased_detours([situation(st.observation) for st in ordered])}
-    return unneeded_steps(episode.task, episode.seed, ordered, detours)[0]
+    return unneeded_steps(episode.task, episode.seed, episode.steps, step_detours(episode.task, episode.steps))[0]
 
 
 def needed_positions(task: str, seed: int, actions: Sequence[str], candidates: Sequence[int] | None = None) -> Needed:
