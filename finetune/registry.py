@@ -364,6 +364,24 @@ def registered_adapter_id(folder: str | Path) -> str | None:
     return None
 
 
+def adapter_folder(settings_or_home: Any, ref: str | Path) -> Path:
+    """The PEFT folder `--adapter` means: a folder holding an adapter as given, a registered adapter's
+    own folder (`<id>/`) as its `adapter/` inside, else a registered id or unique id prefix of the
+    home's registry (`crl adapters ls`); anything else is returned as given, for the loader to report."""
+    path = Path(ref)
+    if (path / "adapter_config.json").is_file():
+        return path
+    if (path / ADAPTER_SUBDIR / "adapter_config.json").is_file():
+        return path / ADAPTER_SUBDIR
+    if path.exists() or len(path.parts) != 1:
+        return path
+    registry = AdapterRegistry.of(settings_or_home)
+    try:
+        return registry.adapter_dir(registry.resolve(str(ref)))
+    except AdapterNotFoundError:
+        return path
+
+
 def promoted_adapter_path(settings_or_home: Any, base_model: str | None) -> Path | None:
     """The folder of the promoted adapter of `base_model` (a `llm.model` value; None: embedded), if any.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from crl.finetune.gate import GateError, TaskScore, decide, decide_margin, decid
 from crl.finetune.registry import (
     AdapterNotFoundError,
     AdapterRegistry,
+    adapter_folder,
     base_model_key,
     promoted_adapter_path,
 )
@@ -41,6 +43,21 @@ def test_register_records_lineage_and_copies_the_adapter(registry, tmp_path):
         )
     with pytest.raises(AdapterNotFoundError):
         registry.get("nope")
+
+
+def test_adapter_option_takes_a_folder_or_a_registered_id_or_prefix(registry, tmp_path):
+    register_fake(registry, tmp_path, "sft-20261205-0333-aaaa")
+    register_fake(registry, tmp_path, "sft-20261205-0400-bbbb")
+    home = registry.root.parent
+    inner = registry.adapter_dir("sft-20261205-0333-aaaa")
+    (inner / "adapter_config.json").write_text("{}")
+    assert adapter_folder(home, "sft-20261205-0333-aaaa") == inner
+    assert adapter_folder(home, "sft-20261205-04") == registry.adapter_dir("sft-20261205-0400-bbbb")
+    assert adapter_folder(home, str(inner)) == inner
+    assert adapter_folder(home, str(inner.parent)) == inner  # a registered adapter's own folder
+    assert adapter_folder(home, "sft-2026") == Path("sft-2026")  # ambiguous: left for the loader to report
+    assert adapter_folder(home, "nope") == Path("nope")
+    assert adapter_folder(home, "some/missing/folder") == Path("some/missing/folder")
 
 
 def test_promote_and_rollback_restore_the_previous_adapter(registry, tmp_path):

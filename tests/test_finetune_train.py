@@ -185,6 +185,23 @@ def test_sft_round_trains_registers_and_raises_the_replys_probability(trained_ho
 
 
 @pytest.mark.slow
+def test_adapter_setting_takes_a_registered_id(trained_home, base_path, sft_adapter):
+    """`--adapter sft-…` (an id from `crl adapters ls`) loads that registered adapter's folder."""
+    from crl.agent.config import load_settings
+    from crl.agent.llm.factory import build_chat_model
+    from crl.finetune.registry import AdapterRegistry
+
+    _, lineage = sft_adapter
+    settings = load_settings({"home": str(trained_home), "llm": {"model": str(base_path), "adapter": lineage.id}})
+    chat = build_chat_model(settings)
+    try:
+        assert chat.adapter == AdapterRegistry.of(trained_home).adapter_dir(lineage.id)
+        assert chat.name.endswith("+" + lineage.id)
+    finally:
+        chat.close()
+
+
+@pytest.mark.slow
 def test_resuming_after_an_interruption_gives_the_same_adapter(trained_home, base_path, tmp_path):
     from safetensors.torch import load_file
 

@@ -178,7 +178,9 @@ YesOpt = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")
 ModelOpt = typer.Option(None, "--model", help="Hub id, folder, .gguf file, or remote model name.")
 BackendOpt = typer.Option(None, "--backend", help="auto: openai when --base-url is given, else local.")
 BaseUrlOpt = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (implies --backend openai).")
-AdapterOpt = typer.Option(None, "--adapter", help="LoRA adapter folder for a local model.")
+AdapterOpt = typer.Option(
+    None, "--adapter", help="LoRA adapter for a local model: its folder, or a registered id (crl adapters ls)."
+)
 MemoryModeOpt = typer.Option(None, "--memory", help="Memories in prompts (full adds rules).")
 PolicyOpt = typer.Option(
     None,

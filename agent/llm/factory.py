@@ -59,9 +59,9 @@ def build_chat_model(settings: Settings) -> ChatModel:
             max_retries=llm.max_retries,
         )
     from crl.agent.llm.local import LocalChatModel
-    from crl.finetune.registry import promoted_adapter_path
+    from crl.finetune.registry import adapter_folder, promoted_adapter_path
 
-    adapter = llm.adapter or promoted_adapter_path(settings, llm.model)
+    adapter = adapter_folder(settings, llm.adapter) if llm.adapter else promoted_adapter_path(settings, llm.model)
     model_path = llm.model
     if model_path is None:
         from crl.agent.llm.embedded import embedded_model_path
