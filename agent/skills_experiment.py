@@ -19,8 +19,12 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
 - `skills+sft`: `skills`' memory, then an SFT round on its real and synthetic successes
   (synthetic ones weighted by `finetune.synthetic_weight`); the adapter plays with memory; point 3.
   With `sft_rounds` > 1 each further round first plays `budget` compound training episodes with
-  the last adapter and memory (on train worlds of its own, charged to the arm), then trains a new
-  adapter from the base model on the grown bank; a point per round.
+  the last adapter and memory (`collect` episodes when set; on train worlds of its own, charged to
+  the arm), then trains a new adapter from the base model on the grown bank; a point per round.
+  With `continue_rounds`, a later round instead continues the last adapter for `round_steps`
+  optimizer steps on the compound task's wins alone, as minimal demonstrations
+  (`finetune.sft_minimal`: the steps a win did not need are not taught) — the recipe of the
+  hand-run second round that took arm (d) over 90% (README, "Stop 40").
   With `align` > 0, each new adapter then plays `align` compound training episodes with memory
   (stored, on train worlds of its own, charged to the arm) before its evaluation with memory, so
   memory's values hold the adapter's own experience and not only the base model's.
@@ -77,10 +81,17 @@ class SkillsSpec:
     overrides: dict[str, Any] = field(default_factory=dict)
     attempts: int = 4
     align: int = 0
+    collect: int = 0
+    continue_rounds: bool = False
+    round_steps: int = 24
 
     def __post_init__(self) -> None:
         if self.align < 0:
             raise ValueError("align must be at least 0")
+        if self.collect < 0:
+            raise ValueError("collect must be at least 0 (0: --budget)")
+        if self.round_steps < 1:
+            raise ValueError("round_steps must be at least 1")
         if self.attempts < 1:
             raise ValueError("attempts must be at least 1")
         if self.sft_rounds < 1:
@@ -92,6 +103,11 @@ class SkillsSpec:
             raise ValueError(f"unknown arm(s) {', '.join(unknown)}; arms: {', '.join(ARMS)}")
         if "skills+sft" in self.arms and "skills" not in self.arms:
             raise ValueError("the skills+sft arm continues the skills arm: add skills to --arms")
+
+    @property
+    def collect_episodes(self) -> int:
+        """Compound episodes the last adapter plays with memory before each SFT round after the first."""
+        return self.collect or self.budget
 
 
 @dataclass
@@ -499,7 +515,10 @@ class SkillsExperiment:
                 }
                 rounds.append(collected)
                 env_steps += collected["train_steps"] + collected["replay_steps"]
-            adapter, detail = self._sft_round(ctx, settings, dict(last.detail) | {"sft_rounds": list(rounds)})
+            parent = detail.get("adapter") if spec.continue_rounds and adapter is not None else None
+            adapter, detail = self._sft_round(
+                ctx, settings, dict(last.detail) | {"sft_rounds": list(rounds)}, parent=parent
+            )
             alone = evaluate_adapter(settings, spec.task, spec.eval_episodes, adapter, memory=False)
             detail["adapter_alone"] = asdict(
                 eval_point(alone, f"{sft_stage(round_no)}, adapter alone", env_steps, "dev", {})
@@ -522,31 +541,43 @@ class SkillsExperiment:
             run.test = eval_point(test, sft_stage(spec.sft_rounds), env_steps, "test", detail)
         shutil.rmtree(self.snapshot("skills+sft", repeat, spec.sft_rounds), ignore_errors=True)
 
-    def _sft_round(self, ctx, settings: Settings, detail: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
-        """Build an SFT dataset from the bank (sub-tasks and the compound task) and train an adapter on
-        it from the base model; the adapter's folder and what the round made."""
+    def _sft_round(
+        self, ctx, settings: Settings, detail: dict[str, Any], parent: str | None = None
+    ) -> tuple[Path, dict[str, Any]]:
+        """Build an SFT dataset from the bank and train an adapter on it; the adapter's folder and what
+        the round made. From the base model on the sub-tasks and the compound task, or, given `parent`,
+        continuing that adapter for `round_steps` steps on the compound task's minimal demonstrations."""
+        from dataclasses import replace
+
         from crl.finetune.dataset_card import CARD_FILE
         from crl.finetune.rounds import make_dataset, train_and_register
 
-        folder = make_dataset(ctx, "sft", tasks=[*self.subtasks, self.spec.task])
+        tasks = [*self.subtasks, self.spec.task]
+        if parent:
+            config = ctx.config.model_copy(update={"sft_minimal": True, "max_steps": self.spec.round_steps})
+            ctx, tasks = replace(ctx, config=config), [self.spec.task]
+        folder = make_dataset(ctx, "sft", tasks=tasks)
         card = json.loads((folder / CARD_FILE).read_text())
-        _, lineage = train_and_register(ctx, "sft", folder)
+        _, lineage = train_and_register(ctx, "sft", folder, from_adapter=parent)
         return ctx.registry.adapter_dir(lineage.id), detail | {
             "adapter": lineage.id,
+            "parent_adapter": parent,
             "sft_examples": card.get("examples"),
+            "sft_unneeded": card.get("dropped", {}).get("unneeded", 0),
             "sft_stats": card.get("stats", {}).get("synthetic"),
             "sft_wall_s": round(lineage.metrics.get("wall_seconds", 0.0), 1),
         }
 
     def _collect_with_adapter(self, settings: Settings, adapter: Path, repeat: int, round_no: int):
-        """Play `budget` compound training episodes with the adapter and memory (memory written, automatic
-        synthesis on), on train worlds no other stage of any repeat plays."""
+        """Play `collect_episodes` compound training episodes with the adapter and memory (memory written,
+        automatic synthesis on), on train worlds no other stage of any repeat plays."""
         from crl.agent.finetuning import play_with_adapter
 
         spec = self.spec
         first = spec.repeats * (spec.phase1 + spec.budget)
-        seed_start = first + (repeat * (spec.sft_rounds - 1) + round_no - 2) * spec.budget
-        return play_with_adapter(settings, spec.task, spec.budget, adapter, seed_start=seed_start)
+        n = spec.collect_episodes
+        seed_start = first + (repeat * (spec.sft_rounds - 1) + round_no - 2) * n
+        return play_with_adapter(settings, spec.task, n, adapter, seed_start=seed_start)
 
     def _align(self, settings: Settings, adapter: Path, repeat: int, round_no: int):
         """Play `align` compound training episodes with the new adapter and memory (memory written), on
@@ -554,7 +585,9 @@ class SkillsExperiment:
         from crl.agent.finetuning import play_with_adapter
 
         spec = self.spec
-        first = spec.repeats * (spec.phase1 + spec.budget) + spec.repeats * (spec.sft_rounds - 1) * spec.budget
+        first = (
+            spec.repeats * (spec.phase1 + spec.budget) + spec.repeats * (spec.sft_rounds - 1) * spec.collect_episodes
+        )
         seed_start = first + (repeat * spec.sft_rounds + round_no - 1) * spec.align
         return play_with_adapter(settings, spec.task, spec.align, adapter, seed_start=seed_start)
 

@@ -227,7 +227,7 @@ def test_an_interrupted_sft_round_resumes_after_the_last_finished_one_from_its_s
     trained: list[int] = []
     crash = {"at": 2}
 
-    def sft_round(self, ctx, settings, detail):
+    def sft_round(self, ctx, settings, detail, parent=None):
         home = self.home("skills+sft", 0)
         n = len((home / "bank").read_text().splitlines())
         if n == crash["at"]:
@@ -290,7 +290,9 @@ def test_align_has_each_new_adapter_play_with_memory_before_its_evaluation_with_
         calls.append(("eval", "memory" if memory else "alone"))
         return FakeRun([True, True])
 
-    monkeypatch.setattr(SkillsExperiment, "_sft_round", lambda self, ctx, s, d: (tmp_path / "a", d | {"adapter": "a"}))
+    monkeypatch.setattr(
+        SkillsExperiment, "_sft_round", lambda self, ctx, s, d, parent=None: (tmp_path / "a", d | {"adapter": "a"})
+    )
     monkeypatch.setattr(finetuning, "play_with_adapter", play)
     monkeypatch.setattr(finetuning, "evaluate_adapter", evaluate)
     monkeypatch.setattr(finetuning, "finetune_context", lambda *a, **k: NS(registry=NS(adapter_dir=lambda i: tmp_path)))
@@ -310,6 +312,73 @@ def test_align_has_each_new_adapter_play_with_memory_before_its_evaluation_with_
     assert first["env_steps"] == 100 + 7 and second["env_steps"] == first["env_steps"] + 5 + 7
     with pytest.raises(ValueError, match="align"):
         SkillsSpec(align=-1)
+
+
+def test_continued_rounds_train_the_last_adapter_on_the_compound_tasks_minimal_demonstrations(tmp_path, monkeypatch):
+    """`--continue-rounds`: round 1 trains from the base on every sub-task; each later round first plays
+    `--collect` episodes, then continues the last adapter for `--round-steps` steps on the compound task's
+    minimal demonstrations; `--collect` moves the aligning worlds past the collected ones."""
+    from types import SimpleNamespace as NS
+
+    import crl.agent.finetuning as finetuning
+    import crl.finetune.rounds as rounds
+    from crl.agent.skills_experiment import SkillsExperiment, SkillsPoint, SkillsRun
+    from crl.finetune.config import FinetuneConfig
+    from crl.finetune.dataset_card import CARD_FILE
+
+    spec = SkillsSpec(
+        arms=["skills", "skills+sft"], repeats=1, sft_rounds=3, budget=2, collect=5, align=1,
+        continue_rounds=True, round_steps=7, eval_episodes=2, test_episodes=0,
+    )  # fmt: skip
+    exp = SkillsExperiment(spec, tmp_path)
+    exp.runs = [SkillsRun("skills", 0, [SkillsPoint("compound training", 100, 1, 2)], done=True)]
+    exp.save()
+    exp.home("skills", 0).mkdir(parents=True)
+    built, trained, played = [], [], []
+
+    def make_dataset(ctx, kind, tasks=None, **kw):
+        built.append((tasks, ctx.config.sft_minimal, ctx.config.max_steps))
+        folder = tmp_path / f"ds{len(built)}"
+        folder.mkdir()
+        (folder / CARD_FILE).write_text(json.dumps({"examples": 9, "dropped": {"unneeded": len(built)}}))
+        return folder
+
+    def train(ctx, kind, folder, from_adapter=None):
+        trained.append(from_adapter)
+        return None, NS(id=f"a{len(trained)}", metrics={"wall_seconds": 1.0})
+
+    def play(settings, task, episodes, adapter, **run_args):
+        played.append((episodes, run_args["seed_start"]))
+        return FakeRun([True] * episodes)
+
+    config = FinetuneConfig()
+    ctx = rounds.FinetuneContext(tmp_path, config, "base", tmp_path, progress=False)
+    monkeypatch.setattr(rounds, "make_dataset", make_dataset)
+    monkeypatch.setattr(rounds, "train_and_register", train)
+    monkeypatch.setattr(finetuning, "finetune_context", lambda *a, **k: ctx)
+    monkeypatch.setattr(finetuning, "play_with_adapter", play)
+    monkeypatch.setattr(finetuning, "evaluate_adapter", lambda *a, **k: FakeRun([True, True]))
+    monkeypatch.setattr("crl.agent.skills_report.write_report", lambda *a: None)
+    SkillsExperiment(spec, tmp_path).run()
+    subtasks = ["keyroom/key", "keyroom/door", "keyroom/chest"]
+    assert built == [
+        ([*subtasks, "keyroom/compound"], False, -1),
+        (["keyroom/compound"], True, 7),
+        (["keyroom/compound"], True, 7),
+    ]
+    assert trained == [None, "a1", "a2"] and not config.sft_minimal  # the shared config is left as it was
+    collected = [p for p in played if p[0] == 5]
+    aligned = [p for p in played if p[0] == 1]
+    assert len(collected) == 2 and len(aligned) == 3
+    collect_seeds = {s for n, start in collected for s in range(start, start + n)}
+    assert len(collect_seeds) == 10 and not collect_seeds & {start for _, start in aligned}
+    (run,) = [r for r in json.loads((tmp_path / "results.json").read_text())["runs"] if r["arm"] == "skills+sft"]
+    last = run["points"][-1]["detail"]
+    assert last["adapter"] == "a3" and last["parent_adapter"] == "a2" and last["sft_unneeded"] == 3
+    with pytest.raises(ValueError, match="collect"):
+        SkillsSpec(collect=-1)
+    with pytest.raises(ValueError, match="round_steps"):
+        SkillsSpec(round_steps=0)
 
 
 def test_running_again_with_more_repeats_or_arms_extends_the_experiment_and_keeps_what_it_played(tmp_path, monkeypatch):

@@ -185,9 +185,19 @@ def skills(
     sft_rounds: int = typer.Option(
         1,
         "--sft-rounds",
-        help="SFT rounds of the skills+sft arm; each after the first plays --budget compound episodes "
+        help="SFT rounds of the skills+sft arm; each after the first plays --collect compound episodes "
         "with the last adapter and memory first.",
     ),
+    collect: int = typer.Option(
+        0, "--collect", help="Compound episodes played before each SFT round after the first (0: --budget)."
+    ),
+    continue_rounds: bool = typer.Option(
+        False,
+        "--continue-rounds",
+        help="SFT rounds after the first continue the last adapter on the compound task's minimal "
+        "demonstrations (finetune.sft_minimal) instead of training from the base model.",
+    ),
+    round_steps: int = typer.Option(24, "--round-steps", help="Optimizer steps of each continued round."),
     align: int = typer.Option(
         0,
         "--align",
@@ -235,6 +245,9 @@ def skills(
         overrides=flags,
         attempts=attempts,
         align=align,
+        collect=collect,
+        continue_rounds=continue_rounds,
+        round_steps=round_steps,
     )
     total = sum(stages(spec, a) * (1 if a == "none" else repeats) for a in arm_list if a in ARMS)
     experiment = SkillsExperiment(spec, out_dir)
