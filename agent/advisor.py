@@ -123,11 +123,13 @@ class MemoryAdvisor:
         other_actor_weight: float = 1.0,
         untried_support: float | None = None,
         untried_floor: bool = False,
+        untried_cap: str = "both",
     ) -> dict[str, MemoryAdvantage]:
         """Memory's advantage of each admissible action in this state (for the posterior policy):
         what followed it in the nearest stored states minus what followed any action there
         (`untried`: the optimistic q of actions none of them took, carrying at most
-        `untried_support`, never below the baseline with `untried_floor`; see `memory_advantages`).
+        `untried_support` (only above the baseline with `untried_cap` "optimism"), never below the
+        baseline with `untried_floor`; see `memory_advantages`).
         With `same_task`, a pack retrieved for a purpose (`ContextPack.purpose_neighbours`) is
         valued by the steps that worked toward that sub-goal in any task of the family; otherwise
         by the steps of the same task. Steps another actor than `actor` played vote with
@@ -149,6 +151,7 @@ class MemoryAdvisor:
             roles=pack.roles,
             untried_support=untried_support,
             untried_floor=untried_floor,
+            untried_cap=untried_cap,
         )
 
     def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:

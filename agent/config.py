@@ -101,6 +101,13 @@ class PosteriorSettings(BaseModel):
         "'never tried here' is no evidence against an action, so one stored vote of a detour no longer outranks "
         "the model's untried favourite.",
     )
+    untried_cap: Literal["both", "optimism"] = Field(
+        "both",
+        description="Which untried guesses untried_support caps: 'both', or 'optimism' (only those valued above "
+        "the state's baseline, where stored episodes mostly lost). With 'optimism', in a state whose stored "
+        "episodes mostly won, an action none of them took carries the state's whole support against it, so "
+        "what the winners did there (go through the door just opened) outweighs the model's untried favourite.",
+    )
     condition: Literal["purpose", "task"] = Field(
         "purpose",
         description="With same_task, what voting experience shares: purpose (the sub-goal it worked toward: "
@@ -137,6 +144,7 @@ class PosteriorSettings(BaseModel):
             self.other_actor_weight,
             untried_support=self.untried_support,
             untried_floor=self.untried_floor,
+            untried_cap=self.untried_cap,
         )
         return PosteriorPolicy(config, self.temperature)
 

@@ -105,6 +105,11 @@ def posterior_table(posterior: dict) -> Table:
         f"support scale {posterior['support_scale']:g}"
         + (", untried actions explored" if posterior.get("explore_untried") else "")
         + (f" with support at most {posterior['untried_support']:g}" if posterior.get("untried_support") else "")
+        + (
+            " above the baseline"
+            if posterior.get("untried_support") and posterior.get("untried_cap") == "optimism"
+            else ""
+        )
         + (", never below the baseline" if posterior.get("untried_floor") else "")
         + ")"
     )

@@ -109,6 +109,14 @@ class PosteriorConfig:
             "won, 'never tried here' is no evidence against an action (`memory_advantages`)."
         },
     )
+    untried_cap: str = field(
+        default="both",
+        metadata={
+            "help": "Which untried guesses `untried_support` caps: 'both', or 'optimism' (only those above the "
+            "state's baseline; in a state whose stored episodes mostly won, an action none of them took carries "
+            "the state's whole support against it)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.condition not in ("purpose", "task"):
@@ -121,6 +129,8 @@ class PosteriorConfig:
             raise ValueError(f"posterior other_actor_weight must be in [0, 1], got {self.other_actor_weight}")
         if self.alpha <= 0:
             raise ValueError(f"posterior alpha must be > 0 (math.inf ignores memory), got {self.alpha}")
+        if self.untried_cap not in ("both", "optimism"):
+            raise ValueError(f"posterior untried_cap must be 'both' or 'optimism', got {self.untried_cap!r}")
         if self.untried_support is not None and self.untried_support <= 0:
             raise ValueError(f"posterior untried_support must be > 0 or None, got {self.untried_support}")
         if self.support_scale <= 0:
@@ -208,6 +218,7 @@ class PosteriorDecision:
             "explore_untried": self.config.explore_untried,
             "untried_support": self.config.untried_support,
             "untried_floor": self.config.untried_floor,
+            "untried_cap": self.config.untried_cap,
             "avoided": list(self.avoided),
             "actions": {
                 a: {

@@ -299,6 +299,7 @@ class Runner:
                     other_actor_weight=config.other_actor_weight,
                     untried_support=config.untried_support,
                     untried_floor=config.untried_floor,
+                    untried_cap=config.untried_cap,
                 )
             rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
             avoid = (
@@ -460,6 +461,7 @@ class Runner:
                 config.other_actor_weight,
                 config.untried_support,
                 config.untried_floor,
+                config.untried_cap,
             )
             if advisor
             else {}

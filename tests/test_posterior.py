@@ -287,6 +287,34 @@ def test_untried_floor_keeps_never_tried_from_counting_against_an_action_where_m
     assert after == before and after["go west"].advantage > 0
 
 
+def test_untried_cap_on_optimism_only_lets_the_winners_action_outweigh_the_models_untried_favourite():
+    """The door just opened: every stored episode here went through it and won, none went back. Capped
+    at 0.25 either way, "never tried here" barely counts against going back and the model's favourite
+    stands; capping only optimism, it carries the state's support and the winners' way is taken. In a
+    state whose stored episodes lost, the cap on the optimistic guess is unchanged."""
+    won = [("go east", "success", 2, 1.0)] * 7 + [("go east", "failure", 3, 1.0)]
+    probs = {"go west": 0.65, "go east": 0.3, "look": 0.05}
+    both = memory_advantages(_votes(*won), list(probs), CFG, untried=0.1, untried_support=0.25)
+    optimism = memory_advantages(
+        _votes(*won), list(probs), CFG, untried=0.1, untried_support=0.25, untried_cap="optimism"
+    )
+    assert both["go west"].support == pytest.approx(0.25) and optimism["go west"].support > 5
+    assert optimism["go west"].q == both["go west"].q < optimism["go west"].baseline
+    assert optimism["go east"] == both["go east"]
+    assert decide(probs, both, PosteriorConfig(untried_support=0.25)).chosen == "go west"
+    decision = decide(probs, optimism, PosteriorConfig(untried_support=0.25, untried_cap="optimism"))
+    assert decision.chosen == "go east" and decision.to_dict()["untried_cap"] == "optimism"
+
+    lost = [("examine door", "failure", 1, 1.0)] * 6
+    capped = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=0.1, untried_support=0.25)
+    kept = memory_advantages(
+        _votes(*lost), ["examine door", "go west"], CFG, untried=0.1, untried_support=0.25, untried_cap="optimism"
+    )
+    assert kept == capped and kept["go west"].support == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="untried_cap"):
+        PosteriorConfig(untried_cap="pessimism")
+
+
 # --- experience of other actors (other_actor_weight) ------------------------------------------
 
 BASE = "smollm2-135m-instruct"

@@ -539,6 +539,7 @@ def memory_advantages(
     roles: ActionRoles | None = None,
     untried_support: float | None = None,
     untried_floor: bool = False,
+    untried_cap: str = "both",
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -567,6 +568,10 @@ def memory_advantages(
             here" is no evidence against it: where stored episodes mostly won, untried actions keep
             advantage 0 (the model decides between them and what memory saw lose) instead of
             `untried` - baseline < 0; where they mostly lost, the optimism stands.
+        untried_cap: which untried guesses `untried_support` caps: "both", or "optimism" (only
+            those above the state's baseline, where stored episodes mostly lost; below it, where
+            they mostly won and none took this action, it carries the state's whole support, so
+            what the winners did here outweighs the model's untried favourite).
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -588,8 +593,11 @@ def memory_advantages(
     }
     if untried is None or state_support <= 0:
         return found
-    support = state_support if untried_support is None else min(state_support, untried_support)
+    if untried_cap not in ("both", "optimism"):
+        raise ValueError(f"untried_cap must be 'both' or 'optimism', got {untried_cap!r}")
     q = max(untried, baseline) if untried_floor else untried
+    capped = untried_support is not None and (untried_cap == "both" or q > baseline)
+    support = min(state_support, untried_support) if capped else state_support
     unknown = {
         action: MemoryAdvantage(action, q, baseline, support, 0, f"{action} → never tried here")
         for action in admissible
