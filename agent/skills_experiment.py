@@ -22,9 +22,8 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
   the last adapter and memory (`collect` episodes when set; on train worlds of its own, charged to
   the arm), then trains a new adapter from the base model on the grown bank; a point per round.
   With `continue_rounds`, a later round instead continues the last adapter for `round_steps`
-  optimizer steps on the compound task's wins alone, as minimal demonstrations
-  (`finetune.sft_minimal`: the steps a win did not need are not taught) — the recipe of the
-  hand-run second round that took arm (d) over 90% (README, "Stop 40").
+  optimizer steps on the compound task's wins alone (loop-erased demonstrations, or minimal ones
+  with `finetune.sft_minimal`) — the recipe of the hand-run second rounds of stops 40 and 41.
   With `align` > 0, each new adapter then plays `align` compound training episodes with memory
   (stored, on train worlds of its own, charged to the arm) before its evaluation with memory, so
   memory's values hold the adapter's own experience and not only the base model's.
@@ -546,7 +545,7 @@ class SkillsExperiment:
     ) -> tuple[Path, dict[str, Any]]:
         """Build an SFT dataset from the bank and train an adapter on it; the adapter's folder and what
         the round made. From the base model on the sub-tasks and the compound task, or, given `parent`,
-        continuing that adapter for `round_steps` steps on the compound task's minimal demonstrations."""
+        continuing that adapter for `round_steps` steps on the compound task's demonstrations."""
         from dataclasses import replace
 
         from crl.finetune.dataset_card import CARD_FILE
@@ -554,7 +553,7 @@ class SkillsExperiment:
 
         tasks = [*self.subtasks, self.spec.task]
         if parent:
-            config = ctx.config.model_copy(update={"sft_minimal": True, "max_steps": self.spec.round_steps})
+            config = ctx.config.model_copy(update={"max_steps": self.spec.round_steps})
             ctx, tasks = replace(ctx, config=config), [self.spec.task]
         folder = make_dataset(ctx, "sft", tasks=tasks)
         card = json.loads((folder / CARD_FILE).read_text())

@@ -314,10 +314,10 @@ def test_align_has_each_new_adapter_play_with_memory_before_its_evaluation_with_
         SkillsSpec(align=-1)
 
 
-def test_continued_rounds_train_the_last_adapter_on_the_compound_tasks_minimal_demonstrations(tmp_path, monkeypatch):
+def test_continued_rounds_train_the_last_adapter_on_the_compound_tasks_wins(tmp_path, monkeypatch):
     """`--continue-rounds`: round 1 trains from the base on every sub-task; each later round first plays
     `--collect` episodes, then continues the last adapter for `--round-steps` steps on the compound task's
-    minimal demonstrations; `--collect` moves the aligning worlds past the collected ones."""
+    wins (the demonstration filter is the settings'); `--collect` moves the aligning worlds past the collected ones."""
     from types import SimpleNamespace as NS
 
     import crl.agent.finetuning as finetuning
@@ -363,10 +363,10 @@ def test_continued_rounds_train_the_last_adapter_on_the_compound_tasks_minimal_d
     subtasks = ["keyroom/key", "keyroom/door", "keyroom/chest"]
     assert built == [
         ([*subtasks, "keyroom/compound"], False, -1),
-        (["keyroom/compound"], True, 7),
-        (["keyroom/compound"], True, 7),
+        (["keyroom/compound"], False, 7),
+        (["keyroom/compound"], False, 7),
     ]
-    assert trained == [None, "a1", "a2"] and not config.sft_minimal  # the shared config is left as it was
+    assert trained == [None, "a1", "a2"] and config.max_steps == -1  # the shared config is left as it was
     collected = [p for p in played if p[0] == 5]
     aligned = [p for p in played if p[0] == 1]
     assert len(collected) == 2 and len(aligned) == 3

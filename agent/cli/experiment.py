@@ -194,8 +194,8 @@ def skills(
     continue_rounds: bool = typer.Option(
         False,
         "--continue-rounds",
-        help="SFT rounds after the first continue the last adapter on the compound task's minimal "
-        "demonstrations (finetune.sft_minimal) instead of training from the base model.",
+        help="SFT rounds after the first continue the last adapter for --round-steps steps on the compound "
+        "task's wins instead of training from the base model.",
     ),
     round_steps: int = typer.Option(24, "--round-steps", help="Optimizer steps of each continued round."),
     align: int = typer.Option(
