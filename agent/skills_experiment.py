@@ -18,9 +18,9 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
   into one demonstration, validated by replay (`memory.synthesis.stitch`, by points).
 - `skills+sft`: `skills`' memory, then an SFT round on its real and synthetic successes
   (synthetic ones weighted by `finetune.synthetic_weight`); the adapter plays with memory; point 3.
-  With `sft_rounds` > 1 each further round first plays `budget` compound training episodes with
-  the last adapter and memory (`collect` episodes when set; on train worlds of its own, charged to
-  the arm), then trains a new adapter from the base model on the grown bank; a point per round.
+  With `sft_rounds` > 1 each further round first plays `collect` (default: `budget`) compound
+  training episodes with the last adapter and memory (on train worlds of its own, charged to the
+  arm), then trains a new adapter from the base model on the grown bank; a point per round.
   With `continue_rounds`, a later round instead continues the last adapter for `round_steps`
   optimizer steps on the compound task's wins alone (loop-erased demonstrations, or minimal ones
   with `finetune.sft_minimal`) — the recipe of the hand-run second rounds of stops 40 and 41.
