@@ -379,7 +379,7 @@ def _apply_adapter(model, adapter: Path):
         hint = (
             f"this is a registered adapter's folder: pass {inner}"
             if (inner / "adapter_config.json").is_file()
-            else "check the adapter path"
+            else "check the adapter path, or give a registered id from `crl adapters ls`"
         )
         raise LLMError(f"No LoRA adapter at {adapter} (adapter_config.json missing); {hint}.")
     from peft import PeftModel
