@@ -13,6 +13,7 @@ from crl.memory.retrieval.credit import credit_episode
 from crl.memory.retrieval.episodic_control import (
     ActionIndex,
     MemoryAdvantage,
+    UntriedPrior,
     choose_memory,
     choose_mixed,
     memory_advantages,
@@ -118,18 +119,13 @@ class MemoryAdvisor:
         admissible: Sequence[str],
         task: str,
         same_task: bool = True,
-        untried: float | None = None,
+        untried: UntriedPrior | None = None,
         actor: str | None = None,
         other_actor_weight: float = 1.0,
-        untried_support: float | None = None,
-        untried_floor: bool = False,
-        untried_cap: str = "both",
     ) -> dict[str, MemoryAdvantage]:
         """Memory's advantage of each admissible action in this state (for the posterior policy):
         what followed it in the nearest stored states minus what followed any action there
-        (`untried`: the optimistic q of actions none of them took, carrying at most
-        `untried_support` (only above the baseline with `untried_cap` "optimism"), never below the
-        baseline with `untried_floor`; see `memory_advantages`).
+        (`untried`: how to value actions none of them took, see `UntriedPrior`).
         With `same_task`, a pack retrieved for a purpose (`ContextPack.purpose_neighbours`) is
         valued by the steps that worked toward that sub-goal in any task of the family; otherwise
         by the steps of the same task. Steps another actor than `actor` played vote with
@@ -149,9 +145,6 @@ class MemoryAdvisor:
             actor=actor,
             other_actor_weight=other_actor_weight,
             roles=pack.roles,
-            untried_support=untried_support,
-            untried_floor=untried_floor,
-            untried_cap=untried_cap,
         )
 
     def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:

@@ -17,7 +17,8 @@
 With no support anywhere and beta = 1 the posterior is pi_model itself. An action no close
 stored step took keeps advantage 0 (memory only moves mass between actions it has evidence on)
 unless `explore_untried` is on: then, where memory holds close states, it is valued at the
-optimistic prior `optimism` against the state's baseline (`memory_advantages(untried=...)`).
+optimistic prior `optimism` against the state's baseline (`PosteriorConfig.untried`, an
+`UntriedPrior`).
 This is the LLM-prior x exp(Q) posterior of Memory-Driven Self-Improvement (arXiv 2509.26340),
 with Q replaced by a support-weighted advantage.
 """
@@ -30,7 +31,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from crl.memory.retrieval.episodic_control import MemoryAdvantage, memory_advantages, same_task_steps, state_baseline
+from crl.memory.retrieval.episodic_control import (
+    MemoryAdvantage,
+    UntriedPrior,
+    memory_advantages,
+    same_task_steps,
+    state_baseline,
+)
 
 __all__ = [
     "MemoryAdvantage",
@@ -42,6 +49,7 @@ __all__ = [
     "posterior_probs",
     "same_task_steps",
     "state_baseline",
+    "UntriedPrior",
 ]
 
 Mode = Literal["greedy", "sample"]
@@ -121,22 +129,29 @@ class PosteriorConfig:
     def __post_init__(self) -> None:
         if self.condition not in ("purpose", "task"):
             raise ValueError(f"posterior condition must be 'purpose' or 'task', got {self.condition!r}")
-        if not -1 <= self.optimism <= 1:
-            raise ValueError(f"posterior optimism must be in [-1, 1], got {self.optimism}")
         if self.beta < 0:
             raise ValueError(f"posterior beta must be >= 0, got {self.beta}")
         if not 0 <= self.other_actor_weight <= 1:
             raise ValueError(f"posterior other_actor_weight must be in [0, 1], got {self.other_actor_weight}")
         if self.alpha <= 0:
             raise ValueError(f"posterior alpha must be > 0 (math.inf ignores memory), got {self.alpha}")
-        if self.untried_cap not in ("both", "optimism"):
-            raise ValueError(f"posterior untried_cap must be 'both' or 'optimism', got {self.untried_cap!r}")
-        if self.untried_support is not None and self.untried_support <= 0:
-            raise ValueError(f"posterior untried_support must be > 0 or None, got {self.untried_support}")
         if self.support_scale <= 0:
             raise ValueError(f"posterior support_scale must be > 0, got {self.support_scale}")
         if self.mode not in ("greedy", "sample"):
             raise ValueError(f"posterior mode must be 'greedy' or 'sample', got {self.mode!r}")
+        try:
+            self.untried_prior()
+        except ValueError as e:
+            raise ValueError(f"posterior {e}") from None
+
+    def untried_prior(self) -> UntriedPrior:
+        """How memory values actions no close stored step took (used only with `explore_untried`)."""
+        return UntriedPrior(self.optimism, self.untried_support, self.untried_floor, self.untried_cap)
+
+    @property
+    def untried(self) -> UntriedPrior | None:
+        """The `untried` argument of `memory_advantages`: the prior, or None with `explore_untried` off."""
+        return self.untried_prior() if self.explore_untried else None
 
 
 def memory_weight(support: float, support_scale: float) -> float:

@@ -293,13 +293,10 @@ class Runner:
                     list(dist.actions),
                     advisor.retriever.config,
                     task=session.episode.task if config.same_task else None,
-                    untried=config.optimism if config.explore_untried else None,
+                    untried=config.untried,
                     synthetic_weight=pack.synthetic_weight,
                     actor=self.actor,
                     other_actor_weight=config.other_actor_weight,
-                    untried_support=config.untried_support,
-                    untried_floor=config.untried_floor,
-                    untried_cap=config.untried_cap,
                 )
             rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
             avoid = (
@@ -449,19 +446,15 @@ class Runner:
         the scoring's counted together), and the decision's record gains a "candidates" entry."""
         advisor = self.advisor if isinstance(self.advisor, MemoryAdvisor) else None
         config = self.posterior.config
-        untried = config.optimism if config.explore_untried else None
         advantages = (
             advisor.advantages(
                 pack,
                 admissible,
                 session.episode.task,
                 config.same_task,
-                untried,
+                config.untried,
                 self.actor,
                 config.other_actor_weight,
-                config.untried_support,
-                config.untried_floor,
-                config.untried_cap,
             )
             if advisor
             else {}

@@ -17,7 +17,7 @@ from crl.agent.posterior import (
     state_baseline,
 )
 from crl.memory.retrieval.config import RetrievalConfig
-from crl.memory.retrieval.episodic_control import played_by
+from crl.memory.retrieval.episodic_control import UntriedPrior, played_by
 from tests.retrieval_fixtures import step_record
 
 CFG = RetrievalConfig()
@@ -206,7 +206,7 @@ def test_untried_actions_get_the_optimistic_q_against_the_baseline_only_when_ask
     neighbours = _votes(("examine door", "failure", 1, 1.0), ("examine door", "failure", 1, 1.0))
     admissible = ["examine door", "take green book", "go west"]
     assert set(memory_advantages(neighbours, admissible, CFG)) == {"examine door"}
-    adv = memory_advantages(neighbours, admissible, CFG, untried=0.1)
+    adv = memory_advantages(neighbours, admissible, CFG, untried=UntriedPrior(0.1))
     baseline, support = state_baseline(neighbours, CFG)
     assert baseline == pytest.approx(-0.9)
     for action in ("take green book", "go west"):
@@ -219,7 +219,7 @@ def test_untried_actions_get_the_optimistic_q_against_the_baseline_only_when_ask
 
 def test_untried_actions_rank_below_known_winners():
     neighbours = _votes(("take key", "success", 0, 1.0), ("take key", "success", 0, 1.0))
-    adv = memory_advantages(neighbours, ["take key", "look"], CFG, untried=0.1)
+    adv = memory_advantages(neighbours, ["take key", "look"], CFG, untried=UntriedPrior(0.1))
     assert adv["look"].advantage == pytest.approx(0.1 - 1.0)
     decision = decide({"take key": 0.3, "look": 0.7}, adv, PosteriorConfig())
     assert decision.chosen == "take key"
@@ -227,7 +227,7 @@ def test_untried_actions_rank_below_known_winners():
 
 def test_no_close_state_means_no_optimism():
     neighbours = _votes(("take key", "failure", 0, CFG.ec_min_similarity - 0.1))
-    assert memory_advantages(neighbours, ["take key", "look"], CFG, untried=0.1) == {}
+    assert memory_advantages(neighbours, ["take key", "look"], CFG, untried=UntriedPrior(0.1)) == {}
 
 
 def test_where_everything_tried_lost_the_untried_action_wins():
@@ -241,7 +241,9 @@ def test_where_everything_tried_lost_the_untried_action_wins():
     plain = decide(probs, memory_advantages(neighbours, admissible, CFG), PosteriorConfig())
     assert plain.chosen == "examine door"  # everything tried here lost alike: no advantage anywhere
     optimistic = decide(
-        probs, memory_advantages(neighbours, admissible, CFG, untried=0.1), PosteriorConfig(explore_untried=True)
+        probs,
+        memory_advantages(neighbours, admissible, CFG, untried=UntriedPrior(0.1)),
+        PosteriorConfig(explore_untried=True),
     )
     assert optimistic.chosen == "go west"
     assert optimistic.to_dict()["explore_untried"] is True
@@ -254,8 +256,8 @@ def test_capped_untried_support_keeps_an_unknown_distractor_from_outvoting_the_m
     failures = [("examine door", "failure", 1, 1.0)] * 5 + [("go south", "failure", 1, 1.0)]
     neighbours = _votes(*failures)
     probs = {"go south": 0.6, "examine door": 0.35, "take purple book": 0.05}
-    whole = memory_advantages(neighbours, list(probs), CFG, untried=0.1)
-    capped = memory_advantages(neighbours, list(probs), CFG, untried=0.1, untried_support=1.0)
+    whole = memory_advantages(neighbours, list(probs), CFG, untried=UntriedPrior(0.1))
+    capped = memory_advantages(neighbours, list(probs), CFG, untried=UntriedPrior(0.1, support=1.0))
     assert whole["take purple book"].support == pytest.approx(6.0)
     assert capped["take purple book"].support == pytest.approx(1.0)
     assert capped["go south"] == whole["go south"]  # actions with votes keep their support
@@ -272,8 +274,8 @@ def test_untried_floor_keeps_never_tried_from_counting_against_an_action_where_m
     favourite stands; where everything stored lost, the floor leaves the optimism as it was."""
     won = [("go north", "success", 1, 1.0)] * 4 + [("take grey bottle", "success", 6, 1.0)]
     probs = {"go west": 0.6, "take grey bottle": 0.3, "look": 0.1}
-    plain = memory_advantages(_votes(*won), list(probs), CFG, untried=0.1)
-    floored = memory_advantages(_votes(*won), list(probs), CFG, untried=0.1, untried_floor=True)
+    plain = memory_advantages(_votes(*won), list(probs), CFG, untried=UntriedPrior(0.1))
+    floored = memory_advantages(_votes(*won), list(probs), CFG, untried=UntriedPrior(0.1, floor=True))
     assert plain["go west"].advantage < floored["take grey bottle"].advantage < 0
     assert floored["go west"].advantage == pytest.approx(0.0) and floored["go west"].n == 0
     assert floored["take grey bottle"] == plain["take grey bottle"]
@@ -282,8 +284,8 @@ def test_untried_floor_keeps_never_tried_from_counting_against_an_action_where_m
     assert decision.chosen == "go west" and decision.to_dict()["untried_floor"] is True
 
     lost = [("examine door", "failure", 1, 1.0)] * 3
-    before = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=0.1)
-    after = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=0.1, untried_floor=True)
+    before = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=UntriedPrior(0.1))
+    after = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=UntriedPrior(0.1, floor=True))
     assert after == before and after["go west"].advantage > 0
 
 
@@ -294,9 +296,9 @@ def test_untried_cap_on_optimism_only_lets_the_winners_action_outweigh_the_model
     state whose stored episodes lost, the cap on the optimistic guess is unchanged."""
     won = [("go east", "success", 2, 1.0)] * 7 + [("go east", "failure", 3, 1.0)]
     probs = {"go west": 0.65, "go east": 0.3, "look": 0.05}
-    both = memory_advantages(_votes(*won), list(probs), CFG, untried=0.1, untried_support=0.25)
+    both = memory_advantages(_votes(*won), list(probs), CFG, untried=UntriedPrior(0.1, support=0.25))
     optimism = memory_advantages(
-        _votes(*won), list(probs), CFG, untried=0.1, untried_support=0.25, untried_cap="optimism"
+        _votes(*won), list(probs), CFG, untried=UntriedPrior(0.1, support=0.25, cap="optimism")
     )
     assert both["go west"].support == pytest.approx(0.25) and optimism["go west"].support > 5
     assert optimism["go west"].q == both["go west"].q < optimism["go west"].baseline
@@ -306,13 +308,21 @@ def test_untried_cap_on_optimism_only_lets_the_winners_action_outweigh_the_model
     assert decision.chosen == "go east" and decision.to_dict()["untried_cap"] == "optimism"
 
     lost = [("examine door", "failure", 1, 1.0)] * 6
-    capped = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=0.1, untried_support=0.25)
+    capped = memory_advantages(_votes(*lost), ["examine door", "go west"], CFG, untried=UntriedPrior(0.1, support=0.25))
     kept = memory_advantages(
-        _votes(*lost), ["examine door", "go west"], CFG, untried=0.1, untried_support=0.25, untried_cap="optimism"
+        _votes(*lost), ["examine door", "go west"], CFG, untried=UntriedPrior(0.1, support=0.25, cap="optimism")
     )
     assert kept == capped and kept["go west"].support == pytest.approx(0.25)
     with pytest.raises(ValueError, match="untried_cap"):
         PosteriorConfig(untried_cap="pessimism")
+
+
+def test_the_posteriors_untried_settings_are_one_prior_and_none_without_explore_untried():
+    config = PosteriorConfig(optimism=0.2, untried_support=0.5, untried_floor=True, untried_cap="optimism")
+    assert config.untried == UntriedPrior(0.2, support=0.5, floor=True, cap="optimism")
+    assert PosteriorConfig(explore_untried=False).untried is None
+    with pytest.raises(ValueError, match="posterior untried q"):
+        PosteriorConfig(optimism=1.5)
 
 
 # --- experience of other actors (other_actor_weight) ------------------------------------------
@@ -348,7 +358,7 @@ def test_other_actors_votes_are_scaled_in_values_baseline_and_support():
     assert scaled["go north"].q == pytest.approx((0.9 - 2 * 0.25 * 0.9) / 1.5)
     assert state_baseline(neighbours, CFG, actor=ADAPTED, other_actor_weight=0.25)[1] == pytest.approx(1.5)
     only_own = memory_advantages(
-        neighbours, ["go north", "look"], CFG, untried=0.1, actor=ADAPTED, other_actor_weight=0
+        neighbours, ["go north", "look"], CFG, untried=UntriedPrior(0.1), actor=ADAPTED, other_actor_weight=0
     )
     assert only_own["go north"].q == pytest.approx(0.9) and only_own["go north"].n == 1
     assert only_own["look"].support == pytest.approx(1.0)
@@ -358,10 +368,14 @@ def test_without_own_experience_weight_zero_leaves_the_model_alone():
     base_steps = _played(_votes(*[("look", "success", 0, 1.0)] * 4, *[("take key", "failure", 2, 1.0)] * 4), BASE)
     prior = {"take key": 0.7, "look": 0.3}
     trusting = decide(
-        prior, memory_advantages(base_steps, list(prior), CFG, untried=0.1, actor=ADAPTED), PosteriorConfig()
+        prior,
+        memory_advantages(base_steps, list(prior), CFG, untried=UntriedPrior(0.1), actor=ADAPTED),
+        PosteriorConfig(),
     )
     assert trusting.chosen == "look"
-    own_only = memory_advantages(base_steps, list(prior), CFG, untried=0.1, actor=ADAPTED, other_actor_weight=0)
+    own_only = memory_advantages(
+        base_steps, list(prior), CFG, untried=UntriedPrior(0.1), actor=ADAPTED, other_actor_weight=0
+    )
     assert own_only == {}
     assert decide(prior, own_only, PosteriorConfig()).chosen == "take key"
     assert memory_advantages(base_steps, list(prior), CFG, actor=BASE, other_actor_weight=0)["look"].n == 4

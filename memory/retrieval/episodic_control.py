@@ -494,6 +494,48 @@ class MemoryAdvantage:
         }
 
 
+@dataclass(frozen=True)
+class UntriedPrior:
+    """How memory values an admissible action that none of a known state's stored steps took.
+
+    Attributes:
+        q: the optimistic prior q of such an action, against the state's baseline: where
+            everything tried here failed, what was never tried is worth more than what lost;
+            where stored episodes succeeded, it is worth less than what won.
+        support: the most support that guess carries (None: the state's whole support). The
+            state's support says how sure the baseline is, not how sure the guess about an action
+            nobody took is; capped, an untried action no longer outweighs one with a few real votes.
+        floor: the guess is never below the state's baseline, so "never tried here" is no evidence
+            against an action: where stored episodes mostly won, untried actions keep advantage 0
+            (the model decides between them and what memory saw lose); where they mostly lost,
+            the optimism stands.
+        cap: which guesses `support` caps: "both", or "optimism" (only those above the baseline,
+            where stored episodes mostly lost; below it, where they mostly won and none took this
+            action, the guess carries the state's whole support, so what the winners did here
+            outweighs the model's untried favourite).
+    """
+
+    q: float = 0.1
+    support: float | None = None
+    floor: bool = False
+    cap: str = "both"
+
+    def __post_init__(self) -> None:
+        if not -1 <= self.q <= 1:
+            raise ValueError(f"untried q (optimism) must be in [-1, 1], got {self.q}")
+        if self.cap not in ("both", "optimism"):
+            raise ValueError(f"untried_cap must be 'both' or 'optimism', got {self.cap!r}")
+        if self.support is not None and self.support <= 0:
+            raise ValueError(f"untried_support must be > 0 or None, got {self.support}")
+
+    def advantage(self, action: str, baseline: float, state_support: float) -> MemoryAdvantage:
+        """Memory's guess about `action`, untried in a state of this baseline and support."""
+        q = max(self.q, baseline) if self.floor else self.q
+        capped = self.support is not None and (self.cap == "both" or q > baseline)
+        support = min(state_support, self.support) if capped else state_support
+        return MemoryAdvantage(action, q, baseline, support, 0, f"{action} → never tried here")
+
+
 def same_task_steps(neighbours: Sequence[tuple[StepRecord, float]], task: str) -> list[tuple[StepRecord, float]]:
     """The neighbours stored while playing `task` (e.g. "keyroom/chest"), so experience of one
     sub-task never votes on another whose states look alike."""
@@ -531,15 +573,12 @@ def memory_advantages(
     admissible: Sequence[str],
     config: RetrievalConfig,
     task: str | None = None,
-    untried: float | None = None,
+    untried: UntriedPrior | None = None,
     synthetic_weight: float = 1.0,
     purpose: str | None = None,
     actor: str | None = None,
     other_actor_weight: float = 1.0,
     roles: ActionRoles | None = None,
-    untried_support: float | None = None,
-    untried_floor: bool = False,
-    untried_cap: str = "both",
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -549,10 +588,8 @@ def memory_advantages(
         admissible: the actions the task accepts now.
         task: when given, only steps stored while playing this task vote (`same_task_steps`).
         untried: when given and memory holds close states, each admissible action no stored
-            step took here gets q = `untried` (an optimistic prior) against the same baseline,
-            with the state's whole support behind it: where everything tried here failed,
-            what was never tried is worth more than what lost; where stored episodes succeeded,
-            it is worth less than what won.
+            step took here gets the prior's guess (`UntriedPrior.advantage`) against the same
+            baseline.
         synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
         purpose: when given (instead of `task`), only steps that worked toward this sub-goal vote,
             from any task of the family, each valued by whether it reached it (`memory.purpose`).
@@ -560,18 +597,6 @@ def memory_advantages(
             `other_actor_weight` (their returns say how *that* actor went on from here, off-policy
             evidence for this one), in the values, the baseline and the support behind both.
         roles: the task's action roles in the current state, as in `action_values`.
-        untried_support: the most support an untried action's optimistic q carries (None: the
-            state's whole support). The state's support says how sure the baseline is, not how
-            sure the guess about an action nobody took is; capped, an untried action no longer
-            outweighs an action with a few real votes.
-        untried_floor: an untried action's q is never below the state's baseline, so "never tried
-            here" is no evidence against it: where stored episodes mostly won, untried actions keep
-            advantage 0 (the model decides between them and what memory saw lose) instead of
-            `untried` - baseline < 0; where they mostly lost, the optimism stands.
-        untried_cap: which untried guesses `untried_support` caps: "both", or "optimism" (only
-            those above the state's baseline, where stored episodes mostly lost; below it, where
-            they mostly won and none took this action, it carries the state's whole support, so
-            what the winners did here outweighs the model's untried favourite).
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -593,14 +618,5 @@ def memory_advantages(
     }
     if untried is None or state_support <= 0:
         return found
-    if untried_cap not in ("both", "optimism"):
-        raise ValueError(f"untried_cap must be 'both' or 'optimism', got {untried_cap!r}")
-    q = max(untried, baseline) if untried_floor else untried
-    capped = untried_support is not None and (untried_cap == "both" or q > baseline)
-    support = min(state_support, untried_support) if capped else state_support
-    unknown = {
-        action: MemoryAdvantage(action, q, baseline, support, 0, f"{action} → never tried here")
-        for action in admissible
-        if action not in found
-    }
+    unknown = {a: untried.advantage(a, baseline, state_support) for a in admissible if a not in found}
     return found | unknown
