@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from crl.agent.advisor import MemoryAdvisor
@@ -241,8 +241,10 @@ def start_run(
     model: ChatModel | None = None,
     progress: Progress | None = None,
     on_episode_end: Callable[[Episode], None] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> RunResult:
-    """Play `episodes` episodes of `task` on seeds of `fold` and log them as a new run.
+    """Play `episodes` episodes of `task` on seeds of `fold` and log them as a new run
+    (`seeds`: these seeds of the fold instead of `episodes` from `seed_start` on).
 
     Everything that can refuse the run is checked before the model loads: the counts, the task
     and its knobs, the bank (lock, server). A run that fails once recorded is marked "failed"
@@ -251,7 +253,7 @@ def start_run(
     check_run_request(episodes, seed_start)
     see_added_tasks(settings)
     get_task(task)
-    seeds = fold_seeds(task, fold, episodes, seed_start)
+    seeds = list(seeds) if seeds is not None else fold_seeds(task, fold, episodes, seed_start)
     check_task(settings, task)
     run_id = new_run_id()
     bank = run_bank(settings, kind, run_id)

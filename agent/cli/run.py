@@ -12,6 +12,7 @@ from crl.agent.cli.common import (
     Backend,
     BackendOpt,
     BaseUrlOpt,
+    Col,
     EpsilonOpt,
     Fold,
     JsonOpt,
@@ -31,8 +32,10 @@ from crl.agent.cli.common import (
     effective_settings,
     emit,
     err,
+    fitted_table,
     memory_flags,
     model_flags,
+    out,
     overrides,
     pairs_table,
 )
@@ -200,6 +203,19 @@ def evaluate(
     tool: list[str] | None = ToolOpt,
     mcp: list[str] | None = McpOpt,
     tool_calling: ToolCalling | None = ToolCallingOpt,
+    attempts: int = typer.Option(
+        1,
+        "--attempts",
+        min=1,
+        help="Play each lost seed again, up to this many attempts in all; retries read a scratch copy of "
+        "memory holding the earlier attempts (Reflexion's protocol). Reports success within all attempts.",
+    ),
+    first: str | None = typer.Option(
+        None,
+        "--first",
+        help="With --attempts: take this finished evaluation (a run id of `crl runs`) as the first attempt "
+        "instead of playing it; its seeds are the ones retried.",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Success rate (with a 95% interval), mean steps and invalid-action rate on held-out seeds."""
@@ -219,6 +235,11 @@ def evaluate(
     from crl.agent import app as crl
 
     crl.check_task(settings, task)
+    if first and attempts < 2:
+        raise typer.BadParameter("--first names the first of several attempts: give --attempts 2 or more")
+    if attempts > 1:
+        _evaluate_with_retries(settings, task, fold.value, episodes, seed, attempts, first, as_json)
+        return
     with EpisodeProgress(episodes, err, description=f"eval {task} [{fold.value}]") as progress:
         result = crl.start_run(
             settings, task, episodes, fold=fold.value, kind="eval", seed_start=seed, progress=progress
@@ -226,3 +247,59 @@ def evaluate(
     report = result.report() | {"fold": fold.value, "seed_offset": seed}
     emit(report, as_json, lambda: report_view(report, f"crl eval {task} ({fold.value} fold)"))
     exit_if_nothing_played(report)
+
+
+def _evaluate_with_retries(
+    settings, task: str, fold: str, episodes: int, seed: int, attempts: int, first: str | None, as_json: bool
+) -> None:
+    from crl.agent.retries import check_retries, evaluate_with_retries
+
+    check_retries(settings, attempts)
+    result = evaluate_with_retries(
+        settings,
+        task,
+        episodes,
+        attempts,
+        fold=fold,
+        seed_start=seed,
+        progress=lambda k, n: EpisodeProgress(n, err, description=f"eval {task} [{fold}] attempt {k}"),
+        first=first,
+    )
+    report = result.report() | {"fold": fold, "seed_offset": seed}
+
+    def render() -> None:
+        out.print(report_view(report, f"crl eval {task} ({fold} fold), attempt 1"))
+        lo, hi = report["ci95_within"]
+        rows = [
+            {
+                "attempt": r["attempt"],
+                "run": r["run_id"],
+                "played": r["episodes"],
+                "won": r["successes"],
+                "solved so far": f"{r['solved_so_far']}/{len(result.seeds)}",
+            }
+            for r in report["attempts"]
+        ]
+        out.print(fitted_table(rows, RETRY_COLUMNS, out.width, "attempts (each plays the seeds still unsolved)"))
+        out.print(
+            f"solved within {len(report['attempts'])} attempt(s): {report['solved_within']}/{len(result.seeds)} = "
+            f"{report['success_rate_within']:.1%} (95% CI {lo:.1%} – {hi:.1%})"
+        )
+        if report["scratch_home"]:
+            out.print(
+                f"retries read and learned into a scratch copy of memory: {escape(report['scratch_home'])} "
+                "(inspect with crl --home SCRATCH runs / explain; remove when done)",
+                highlight=False,
+            )
+
+    emit(report, as_json, render)
+    exit_if_nothing_played(report)
+
+
+RETRY_COLUMNS = [
+    Col("attempt", right=True),
+    Col("run"),
+    Col("played", right=True),
+    Col("won", right=True),
+    Col("solved so far", right=True),
+]

@@ -1,0 +1,201 @@
+"""Evaluation with retries (the protocol of Reflexion and CLIN): the seeds an attempt lost are
+played again, up to `attempts` times, and a seed counts as solved once any attempt won it.
+
+Within an attempt memory is frozen, as in every evaluation. Between attempts, what the attempt
+played is stored in a scratch copy of the bank (`<home>/retries/<first run id>/memory`), which
+the next attempt reads: so a retry knows this very world's earlier tries (the moves that lost,
+the rooms already searched), which no model weight can know. The user's own bank is never
+written. Without memory in the loop a retry of a greedy policy replays its first attempt; the
+attempts are still played, so the comparison between arms stays like for like.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crl.agent.app import RunResult, acting_model, open_bank, start_run
+from crl.agent.config import Settings
+from crl.agent.llm.base import ChatModel
+from crl.agent.preflight import needs_bank
+from crl.agent.runner import Progress
+from crl.agent.runs import RunStore
+from crl.tasks.evaluation import wilson_interval
+from crl.tasks.registry import fold_seeds
+
+SCRATCH_DIR = "retries"
+
+
+@dataclass
+class RetryResult:
+    """Every attempt of an evaluation with retries, and where its scratch memory lives."""
+
+    seeds: list[int]
+    attempts: list[RunResult] = field(default_factory=list)
+    scratch_home: Path | None = None
+
+    def first_win(self) -> dict[int, int | None]:
+        """Seed -> the attempt (1-based) that first won it, None for a seed no attempt won."""
+        won: dict[int, int | None] = {seed: None for seed in self.seeds}
+        for number, attempt in enumerate(self.attempts, 1):
+            for episode in attempt.episodes:
+                if episode.finished and episode.success and won.get(episode.seed) is None:
+                    won[episode.seed] = number
+        return won
+
+    def report(self) -> dict[str, Any]:
+        """The first attempt's report, plus each attempt's counts and success within all of them."""
+        wins = self.first_win()
+        solved = sum(1 for a in wins.values() if a is not None)
+        lo, hi = wilson_interval(solved, len(self.seeds))
+        rows = []
+        for number, attempt in enumerate(self.attempts, 1):
+            rep = attempt.report()
+            rows.append(
+                {
+                    "attempt": number,
+                    "run_id": rep["run_id"],
+                    "episodes": rep["episodes"],
+                    "successes": rep["successes"],
+                    "solved_so_far": sum(1 for a in wins.values() if a is not None and a <= number),
+                    "memory_overrides": rep.get("memory_overrides"),
+                    "wall_seconds": rep["wall_seconds"],
+                }
+            )
+        return self.attempts[0].report() | {
+            "attempts": rows,
+            "solved_within": solved,
+            "success_rate_within": solved / len(self.seeds) if self.seeds else 0.0,
+            "ci95_within": [lo, hi],
+            "first_win": {str(seed): a for seed, a in wins.items()},
+            "scratch_home": str(self.scratch_home) if self.scratch_home else None,
+        }
+
+
+def check_retries(settings: Settings, attempts: int) -> None:
+    """Refuse what retries cannot do before anything is played."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
+    if attempts > 1 and needs_bank(settings, "eval") and settings.memory.server_mode:
+        raise ValueError(
+            "--attempts copies the embedded memory into a scratch folder for the retries to learn into; "
+            "a memory server (memory.url) cannot be copied: evaluate with retries on an embedded memory"
+        )
+
+
+def scratch_memory(settings: Settings, first_run_id: str) -> Settings:
+    """Settings whose home is a fresh scratch folder holding a copy of `settings`' memory."""
+    home = settings.home / SCRATCH_DIR / first_run_id
+    if home.exists():
+        raise FileExistsError(f"scratch folder {home} exists already")
+    home.mkdir(parents=True)
+    if settings.memory_dir.is_dir():
+        shutil.copytree(settings.memory_dir, home / "memory", ignore=shutil.ignore_patterns("lock", "lock.owner"))
+    return settings.model_copy(update={"home": home})
+
+
+def store_attempt(scratch: Settings, store: RunStore, result: RunResult) -> None:
+    """Ingest what an attempt played into the scratch memory, so the next attempt reads it."""
+    bank = open_bank(scratch, actor=f"retries:{result.info.run_id}")
+    try:
+        report = bank.ingest_run_log(store.log_path(result.info.run_id))
+    finally:
+        bank.close()
+    if report.errors:
+        raise RuntimeError("could not store the attempt in the scratch memory: " + "; ".join(report.errors[:3]))
+
+
+def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model: ChatModel) -> RunResult:
+    """A finished evaluation of this data directory taken as the first attempt (so a long
+    evaluation need not be played again): it must be of the same task, fold, policy, memory and
+    adapter as the retries. Its throughput figures come from its `run.json` times."""
+    from crl.agent.app import loaded_adapter
+    from crl.agent.runner import RunnerStats
+    from crl.finetune.registry import adapter_folder
+
+    store = RunStore(settings.evals_dir)
+    info = store.load(run_id)
+    snapshot = info.settings or {}
+    acting = loaded_adapter(model) or settings.llm.adapter
+
+    def folder(ref: str | None) -> Path | None:
+        return adapter_folder(settings, ref).resolve() if ref else None
+
+    checks = {
+        "kind": (info.kind, "eval"),
+        "status": (info.status, "finished"),
+        "task": (info.task, task),
+        "fold": (snapshot.get("fold"), fold),
+        "policy": ((snapshot.get("agent") or {}).get("policy"), settings.agent.policy),
+        "memory.enabled": ((snapshot.get("memory") or {}).get("enabled"), settings.memory.enabled),
+        "adapter": (folder(info.adapter), folder(acting)),
+    }
+    wrong = [f"{name} {was} (here {now})" for name, (was, now) in checks.items() if was != now]
+    if wrong:
+        raise ValueError(f"run {run_id} cannot be the first attempt: " + "; ".join(wrong))
+    episodes = store.episodes(run_id)
+    wall = (info.finished_at or info.created_at) - info.created_at
+    return RunResult(info, episodes, RunnerStats(steps=sum(len(e.steps) for e in episodes), wall_seconds=wall))
+
+
+def evaluate_with_retries(
+    settings: Settings,
+    task: str,
+    episodes: int,
+    attempts: int,
+    fold: str = "dev",
+    seed_start: int = 0,
+    progress: Callable[[int, int], Any] | None = None,
+    model: ChatModel | None = None,
+    first: str | None = None,
+) -> RetryResult:
+    """Evaluate `task` on `episodes` seeds of `fold`, playing each lost seed again up to
+    `attempts` times in all (module docstring). `progress(attempt, n)` opens a progress display
+    for an attempt of n episodes (a context manager giving a `Progress`), or None. `model`: the
+    model every attempt acts with (default: the settings' own). `first`: the id of a finished
+    evaluation to take as the first attempt (`earlier_attempt`; its seeds replace `episodes` and
+    `seed_start`)."""
+    check_retries(settings, attempts)
+    model = model or acting_model(settings)
+    earlier = earlier_attempt(settings, first, task, fold, model) if first else None
+    result = RetryResult(list(earlier.info.seeds) if earlier else fold_seeds(task, fold, episodes, seed_start))
+    learns = attempts > 1 and needs_bank(settings, "eval")
+    current = settings
+    todo = list(result.seeds)
+    for number in range(1, attempts + 1):
+        played_in = current
+        if number == 1 and earlier is not None:
+            result.attempts.append(earlier)
+        else:
+            result.attempts.append(_attempt(current, task, fold, todo, model, progress, number))
+        wins = result.first_win()
+        todo = [seed for seed in result.seeds if wins[seed] is None]
+        if not todo or number == attempts:
+            break
+        if learns:
+            if result.scratch_home is None:
+                current = scratch_memory(settings, result.attempts[0].info.run_id)
+                result.scratch_home = current.home
+            store_attempt(current, RunStore(played_in.evals_dir), result.attempts[-1])
+    return result
+
+
+def _attempt(
+    settings: Settings,
+    task: str,
+    fold: str,
+    seeds: list[int],
+    model: ChatModel,
+    progress: Callable[[int, int], Any] | None,
+    number: int,
+) -> RunResult:
+    if progress is None:
+        return start_run(settings, task, len(seeds), fold=fold, kind="eval", model=model, seeds=seeds)
+    with progress(number, len(seeds)) as bar:
+        bar_progress: Progress = bar
+        return start_run(
+            settings, task, len(seeds), fold=fold, kind="eval", model=model, progress=bar_progress, seeds=seeds
+        )
