@@ -110,3 +110,14 @@ def test_a_finished_evaluation_can_be_the_first_attempt_and_a_mismatch_is_refuse
     alone = settings.model_copy(update={"memory": settings.memory.model_copy(update={"enabled": False})})
     with pytest.raises(ValueError, match="memory.enabled True"):
         evaluate_with_retries(alone, "keyroom/key", 1, 2, model=model, first=first.info.run_id)
+
+
+def test_crl_eval_attempts_prints_each_attempt_and_the_success_within_them(crl_home):
+    result = CliRunner().invoke(app, ["eval", "keyroom/key", "-n", "2", "--policy", "random", "--attempts", "2"])
+    assert result.exit_code == 0, result.output
+    assert "attempt 1" in result.stdout and "solved within" in result.stdout
+
+
+def test_crl_eval_first_needs_several_attempts(crl_home):
+    result = CliRunner().invoke(app, ["eval", "keyroom/key", "--first", "20261205-000000-abcd"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "--attempts 2" in result.output
