@@ -17,6 +17,8 @@ _EXPORTS = {
     "settings": "crl.api",
     "run": "crl.api",
     "evaluate": "crl.api",
+    "evaluate_with_retries": "crl.api",
+    "RetryResult": "crl.agent.retries",
     "open_bank": "crl.api",
     "retrieve": "crl.api",
     "build_dataset": "crl.api",

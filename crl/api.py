@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from crl.agent.app import RunResult
     from crl.agent.config import Settings
     from crl.agent.llm.base import ChatModel
+    from crl.agent.retries import RetryResult
     from crl.finetune.registry import Lineage
     from crl.memory.bank import ExperienceBank
     from crl.memory.retrieval.retriever import ContextPack
@@ -89,6 +90,26 @@ def evaluate(
     return start_run(
         settings or _default_settings(), task, episodes, fold=fold, kind="eval", seed_start=seed_start, model=model
     )
+
+
+def evaluate_with_retries(
+    task: str,
+    episodes: int = 16,
+    attempts: int = 2,
+    *,
+    settings: "Settings | None" = None,
+    fold: str = "dev",
+    seed_start: int = 0,
+    model: "ChatModel | None" = None,
+) -> "RetryResult":
+    """Held-out episodes with retries (as `crl eval --attempts`): each lost seed is played again,
+    up to `attempts` in all, the retries reading a scratch copy of memory that holds the earlier
+    attempts; `.report()["solved_within"]` counts the seeds any attempt won."""
+    from crl.agent.retries import evaluate_with_retries as _retries
+
+    if fold == "train":
+        raise ValueError("evaluate_with_retries plays held-out seeds: use fold='dev' or 'test'")
+    return _retries(settings or _default_settings(), task, episodes, attempts, fold, seed_start, model=model)
 
 
 def open_bank(settings: "Settings | None" = None) -> "ExperienceBank":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -49,6 +50,16 @@ def test_settings_layers_arguments_over_the_environment(crl_home, monkeypatch):
 def test_evaluate_refuses_the_train_fold(crl_home):
     with pytest.raises(ValueError, match="held-out"):
         crl.evaluate("keyroom/key", 1, fold="train")
+
+
+def test_evaluate_with_retries_replays_the_lost_seeds_from_the_package(crl_home):
+    never = ScriptedModel(lambda messages: json.dumps({"look": 0.0}))
+    cfg = crl.settings(agent={"policy": "posterior", "max_steps": 2, "parallel": 1}, memory={"enabled": False})
+    result = crl.evaluate_with_retries("keyroom/key", 2, attempts=2, settings=cfg, model=never)
+    assert isinstance(result, crl.RetryResult)
+    assert [len(a.episodes) for a in result.attempts] == [2, 2] and result.report()["solved_within"] == 0
+    with pytest.raises(ValueError, match="held-out"):
+        crl.evaluate_with_retries("keyroom/key", 1, fold="train")
 
 
 @pytest.mark.slow
