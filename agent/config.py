@@ -77,6 +77,12 @@ class PosteriorSettings(BaseModel):
         1.0, gt=0, description="Support at which memory's evidence counts half (lambda = support / (support + this))."
     )
     mode: Literal["greedy", "sample"] = Field("greedy", description="greedy: the posterior's argmax; sample: draw.")
+    draw: int = Field(
+        0,
+        ge=0,
+        description="Which draw of the sampled posterior (mode sample): the same draw samples the same actions "
+        "per seed and step; `crl eval --attempts` takes a new draw for each retry.",
+    )
     same_task: bool = Field(
         True, description="Only experience of the same task (family/variant) gives advantages (no negative transfer)."
     )
@@ -145,6 +151,7 @@ class PosteriorSettings(BaseModel):
             untried_support=self.untried_support,
             untried_floor=self.untried_floor,
             untried_cap=self.untried_cap,
+            draw=self.draw,
         )
         return PosteriorPolicy(config, self.temperature)
 

@@ -126,6 +126,14 @@ class PosteriorConfig:
         },
     )
 
+    draw: int = field(
+        default=0,
+        metadata={
+            "help": "Which draw of the sampled posterior: runs with the same draw sample the same actions per "
+            "seed and step (reproducible); an evaluation's retries take a new draw per attempt."
+        },
+    )
+
     def __post_init__(self) -> None:
         if self.condition not in ("purpose", "task"):
             raise ValueError(f"posterior condition must be 'purpose' or 'task', got {self.condition!r}")
@@ -137,12 +145,18 @@ class PosteriorConfig:
             raise ValueError(f"posterior alpha must be > 0 (math.inf ignores memory), got {self.alpha}")
         if self.support_scale <= 0:
             raise ValueError(f"posterior support_scale must be > 0, got {self.support_scale}")
+        if self.draw < 0:
+            raise ValueError(f"posterior draw must be >= 0, got {self.draw}")
         if self.mode not in ("greedy", "sample"):
             raise ValueError(f"posterior mode must be 'greedy' or 'sample', got {self.mode!r}")
         try:
             self.untried_prior()
         except ValueError as e:
             raise ValueError(f"posterior {e}") from None
+
+    def rng(self, *key: object) -> random.Random:
+        """The random source of one decision, keyed by what identifies it (task, seed, step) and the draw."""
+        return random.Random(":".join(map(str, key)) + (f":draw{self.draw}" if self.draw else ""))
 
     def untried_prior(self) -> UntriedPrior:
         """How memory values actions no close stored step took (used only with `explore_untried`)."""
@@ -227,6 +241,7 @@ class PosteriorDecision:
             "memory_changed_argmax": self.memory_changed_argmax,
             "decided_by": self.decided_by,
             "mode": self.mode,
+            **({"draw": self.config.draw} if self.config.draw else {}),
             "beta": self.config.beta,
             "alpha": self.config.alpha,
             "support_scale": self.config.support_scale,

@@ -97,6 +97,15 @@ def scratch_memory(settings: Settings, first_run_id: str) -> Settings:
     return settings.model_copy(update={"home": home})
 
 
+def new_draw(settings: Settings, attempt: int) -> Settings:
+    """A sampled posterior draws afresh on each retry (draw = attempt - 1); greedy settings are unchanged."""
+    posterior = settings.agent.posterior
+    if posterior.mode != "sample" or attempt == 1:
+        return settings
+    agent = settings.agent.model_copy(update={"posterior": posterior.model_copy(update={"draw": attempt - 1})})
+    return settings.model_copy(update={"agent": agent})
+
+
 def store_attempt(scratch: Settings, store: RunStore, result: RunResult) -> None:
     """Ingest what an attempt played into the scratch memory, so the next attempt reads it."""
     bank = open_bank(scratch, actor=f"retries:{result.info.run_id}")
@@ -170,7 +179,7 @@ def evaluate_with_retries(
         if number == 1 and earlier is not None:
             result.attempts.append(earlier)
         else:
-            result.attempts.append(_attempt(current, task, fold, todo, model, progress, number))
+            result.attempts.append(_attempt(new_draw(current, number), task, fold, todo, model, progress, number))
         wins = result.first_win()
         todo = [seed for seed in result.seeds if wins[seed] is None]
         if not todo or number == attempts:

@@ -298,7 +298,13 @@ class Runner:
                     actor=self.actor,
                     other_actor_weight=config.other_actor_weight,
                 )
-            rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
+            rng = (
+                self.posterior.config.rng(
+                    session.episode.task, session.episode.seed, len(session.episode.steps), "tool"
+                )
+                if self.posterior is not None
+                else random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
+            )
             avoid = (
                 tools_tried_here(session.episode.steps, session.observation.text)
                 if session.config.loop_breaker
@@ -475,7 +481,7 @@ class Runner:
                 finish_reason="scored",
             )
         tried = session.tries_here()
-        rng = random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}")
+        rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
             decision = decide(dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried)

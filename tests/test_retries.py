@@ -121,3 +121,28 @@ def test_crl_eval_attempts_prints_each_attempt_and_the_success_within_them(crl_h
 def test_crl_eval_first_needs_several_attempts(crl_home):
     result = CliRunner().invoke(app, ["eval", "keyroom/key", "--first", "20261205-000000-abcd"], env={"COLUMNS": "200"})
     assert result.exit_code == 2 and "--attempts 2" in result.output
+
+
+def test_a_sampled_retry_takes_a_new_draw_and_a_greedy_one_does_not(crl_home):
+    import random
+
+    from crl.agent.posterior import PosteriorConfig, decide
+    from crl.agent.retries import new_draw
+
+    sampled = load_settings({"home": str(crl_home), "agent": {"posterior": {"mode": "sample"}}})
+    assert new_draw(sampled, 1).agent.posterior.draw == 0 and new_draw(sampled, 3).agent.posterior.draw == 2
+    greedy = settings_for(crl_home, memory=False)
+    assert new_draw(greedy, 3) is greedy
+    assert PosteriorConfig().rng("keyroom/key", 7, 3).random() == random.Random("keyroom/key:7:3").random()
+    probs = {f"action {i}": 0.1 for i in range(10)}
+    draws = {
+        d: [
+            decide(probs, {}, PosteriorConfig(mode="sample", draw=d), PosteriorConfig(draw=d).rng("t", s, 0)).chosen
+            for s in range(20)
+        ]
+        for d in (0, 0, 1)
+    }
+    again = [
+        decide(probs, {}, PosteriorConfig(mode="sample"), PosteriorConfig().rng("t", s, 0)).chosen for s in range(20)
+    ]
+    assert draws[0] == again and draws[1] != draws[0]
