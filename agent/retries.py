@@ -87,10 +87,13 @@ def check_retries(settings: Settings, attempts: int) -> None:
 
 
 def scratch_memory(settings: Settings, first_run_id: str) -> Settings:
-    """Settings whose home is a fresh scratch folder holding a copy of `settings`' memory."""
-    home = settings.home / SCRATCH_DIR / first_run_id
-    if home.exists():
-        raise FileExistsError(f"scratch folder {home} exists already")
+    """Settings whose home is a fresh scratch folder holding a copy of `settings`' memory
+    (`<home>/retries/<first run id>`, or `...-2`, `-3` when the same evaluation is retried again)."""
+    base = settings.home / SCRATCH_DIR / first_run_id
+    home, n = base, 1
+    while home.exists():
+        n += 1
+        home = base.with_name(f"{first_run_id}-{n}")
     home.mkdir(parents=True)
     if settings.memory_dir.is_dir():
         shutil.copytree(settings.memory_dir, home / "memory", ignore=shutil.ignore_patterns("lock", "lock.owner"))

@@ -105,6 +105,9 @@ def test_a_finished_evaluation_can_be_the_first_attempt_and_a_mismatch_is_refuse
     result = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=model, first=first.info.run_id)
     assert result.attempts[0].info.run_id == first.info.run_id
     assert result.report()["solved_within"] == 1 and result.report()["first_win"][str(SEED)] == 2
+    again = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=model, first=first.info.run_id)
+    assert again.scratch_home == result.scratch_home.with_name(first.info.run_id + "-2")
+    assert again.report()["solved_within"] == 1
     with pytest.raises(ValueError, match=r"fold dev \(here test\)"):
         evaluate_with_retries(settings, "keyroom/key", 1, 2, fold="test", model=model, first=first.info.run_id)
     alone = settings.model_copy(update={"memory": settings.memory.model_copy(update={"enabled": False})})
