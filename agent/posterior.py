@@ -43,13 +43,13 @@ __all__ = [
     "MemoryAdvantage",
     "PosteriorConfig",
     "PosteriorDecision",
+    "UntriedPrior",
     "decide",
     "memory_advantages",
     "memory_weight",
     "posterior_probs",
     "same_task_steps",
     "state_baseline",
-    "UntriedPrior",
 ]
 
 Mode = Literal["greedy", "sample"]
@@ -155,8 +155,8 @@ class PosteriorConfig:
             raise ValueError(f"posterior {e}") from None
 
     def rng(self, *key: object) -> random.Random:
-        """The random source of one decision, keyed by what identifies it (task, seed, step) and the draw."""
-        return random.Random(":".join(map(str, key)) + (f":draw{self.draw}" if self.draw else ""))
+        """The random source of one decision under these settings (`decision_rng` with this draw)."""
+        return decision_rng(*key, draw=self.draw)
 
     def untried_prior(self) -> UntriedPrior:
         """How memory values actions no close stored step took (used only with `explore_untried`)."""
@@ -166,6 +166,12 @@ class PosteriorConfig:
     def untried(self) -> UntriedPrior | None:
         """The `untried` argument of `memory_advantages`: the prior, or None with `explore_untried` off."""
         return self.untried_prior() if self.explore_untried else None
+
+
+def decision_rng(*key: object, draw: int = 0) -> random.Random:
+    """The random source of one decision, keyed by what identifies it (task, seed, step, ...) and
+    the draw: the same key and draw always give the same choices."""
+    return random.Random(":".join(map(str, key)) + (f":draw{draw}" if draw else ""))
 
 
 def memory_weight(support: float, support_scale: float) -> float:

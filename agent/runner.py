@@ -4,7 +4,6 @@ as one batch, every step appended to the run's episode log as it happens."""
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -14,7 +13,7 @@ from crl.agent.advisor import MemoryAdvisor
 from crl.agent.candidates import DEFAULT_CAP, CandidateSet, ListsValidActions, build_candidates
 from crl.agent.llm.base import BackendRefused, BatchError, ChatModel, Completion, LLMError, Message
 from crl.agent.parsing import parse_reply
-from crl.agent.posterior import PosteriorPolicy, decide
+from crl.agent.posterior import PosteriorPolicy, decide, decision_rng
 from crl.agent.random_actor import RandomActor
 from crl.agent.redaction import redact_text
 from crl.agent.session import EpisodeSession, LoopConfig
@@ -298,12 +297,9 @@ class Runner:
                     actor=self.actor,
                     other_actor_weight=config.other_actor_weight,
                 )
-            rng = (
-                self.posterior.config.rng(
-                    session.episode.task, session.episode.seed, len(session.episode.steps), "tool"
-                )
-                if self.posterior is not None
-                else random.Random(f"{session.episode.task}:{session.episode.seed}:{len(session.episode.steps)}:tool")
+            draw = self.posterior.config.draw if self.posterior is not None else 0
+            rng = decision_rng(
+                session.episode.task, session.episode.seed, len(session.episode.steps), "tool", draw=draw
             )
             avoid = (
                 tools_tried_here(session.episode.steps, session.observation.text)
