@@ -120,20 +120,25 @@ def store_attempt(scratch: Settings, store: RunStore, result: RunResult) -> None
         raise RuntimeError("could not store the attempt in the scratch memory: " + "; ".join(report.errors[:3]))
 
 
-def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model: ChatModel) -> RunResult:
+def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model: ChatModel | None = None) -> RunResult:
     """A finished evaluation of this data directory taken as the first attempt (so a long
     evaluation need not be played again): it must be of the same task, fold, policy, memory and
-    adapter as the retries. Its throughput figures come from its `run.json` times."""
+    adapter as the retries (`model`'s adapter, else the settings' or the promoted one). Checked
+    before any model loads. Its throughput figures come from its `run.json` times."""
     from crl.agent.app import loaded_adapter
     from crl.agent.runner import RunnerStats
-    from crl.finetune.registry import adapter_folder
+    from crl.finetune.registry import adapter_folder, promoted_adapter_path
 
     store = RunStore(settings.evals_dir)
     info = store.load(run_id)
     snapshot = info.settings or {}
-    acting = loaded_adapter(model) or settings.llm.adapter
+    acting = (
+        (loaded_adapter(model) if model is not None else None)
+        or settings.llm.adapter
+        or promoted_adapter_path(settings, settings.llm.model)
+    )
 
-    def folder(ref: str | None) -> Path | None:
+    def folder(ref: str | Path | None) -> Path | None:
         return adapter_folder(settings, ref).resolve() if ref else None
 
     checks = {
@@ -171,8 +176,8 @@ def evaluate_with_retries(
     evaluation to take as the first attempt (`earlier_attempt`; its seeds replace `episodes` and
     `seed_start`)."""
     check_retries(settings, attempts)
-    model = model or acting_model(settings)
     earlier = earlier_attempt(settings, first, task, fold, model) if first else None
+    model = model or acting_model(settings)
     result = RetryResult(list(earlier.info.seeds) if earlier else fold_seeds(task, fold, episodes, seed_start))
     learns = attempts > 1 and needs_bank(settings, "eval")
     current = settings

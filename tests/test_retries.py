@@ -149,3 +149,17 @@ def test_a_sampled_retry_takes_a_new_draw_and_a_greedy_one_does_not(crl_home):
         decide(probs, {}, PosteriorConfig(mode="sample"), PosteriorConfig().rng("t", s, 0)).chosen for s in range(20)
     ]
     assert draws[0] == again and draws[1] != draws[0]
+
+
+def test_a_mismatched_first_attempt_is_refused_before_the_model_loads(crl_home, monkeypatch):
+    from crl.agent.app import start_run
+
+    settings = settings_for(crl_home, memory=False)
+    first = start_run(settings, "keyroom/key", 1, fold="dev", kind="eval", model=looker())
+
+    def no_model(_settings):
+        raise AssertionError("the model was loaded before the first attempt was checked")
+
+    monkeypatch.setattr("crl.agent.retries.acting_model", no_model)
+    with pytest.raises(ValueError, match=r"task keyroom/key \(here keyroom/door\)"):
+        evaluate_with_retries(settings, "keyroom/door", 1, 2, first=first.info.run_id)
