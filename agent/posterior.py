@@ -29,6 +29,7 @@ import math
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from crl.memory.retrieval.episodic_control import (
@@ -162,7 +163,7 @@ class PosteriorConfig:
         """How memory values actions no close stored step took (used only with `explore_untried`)."""
         return UntriedPrior(self.optimism, self.untried_support, self.untried_floor, self.untried_cap)
 
-    @property
+    @cached_property
     def untried(self) -> UntriedPrior | None:
         """The `untried` argument of `memory_advantages`: the prior, or None with `explore_untried` off."""
         return self.untried_prior() if self.explore_untried else None

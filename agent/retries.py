@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crl.agent.app import RunResult, acting_model, open_bank, start_run
+from crl.agent.app import RunResult, acting_model, loaded_adapter, open_bank, start_run
 from crl.agent.config import Settings
 from crl.agent.llm.base import ChatModel
 from crl.agent.preflight import needs_bank
-from crl.agent.runner import Progress
+from crl.agent.runner import Progress, RunnerStats
 from crl.agent.runs import RunStore
 from crl.tasks.evaluation import wilson_interval
 from crl.tasks.registry import fold_seeds
@@ -51,9 +51,9 @@ class RetryResult:
         wins = self.first_win()
         solved = sum(1 for a in wins.values() if a is not None)
         lo, hi = wilson_interval(solved, len(self.seeds))
+        reports = [attempt.report() for attempt in self.attempts]
         rows = []
-        for number, attempt in enumerate(self.attempts, 1):
-            rep = attempt.report()
+        for number, rep in enumerate(reports, 1):
             rows.append(
                 {
                     "attempt": number,
@@ -65,7 +65,7 @@ class RetryResult:
                     "wall_seconds": rep["wall_seconds"],
                 }
             )
-        return self.attempts[0].report() | {
+        return reports[0] | {
             "attempts": rows,
             "solved_within": solved,
             "success_rate_within": solved / len(self.seeds) if self.seeds else 0.0,
@@ -125,8 +125,6 @@ def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model
     evaluation need not be played again): it must be of the same task, fold, policy, memory and
     adapter as the retries (`model`'s adapter, else the settings' or the promoted one). Checked
     before any model loads. Its throughput figures come from its `run.json` times."""
-    from crl.agent.app import loaded_adapter
-    from crl.agent.runner import RunnerStats
     from crl.finetune.registry import adapter_folder, promoted_adapter_path
 
     store = RunStore(settings.evals_dir)

@@ -85,8 +85,7 @@ def evaluate(
     """
     from crl.agent.app import start_run
 
-    if fold == "train":
-        raise ValueError("evaluate plays held-out seeds: use fold='dev' or 'test' (crl.run plays train seeds)")
+    _held_out(fold, "evaluate")
     return start_run(
         settings or _default_settings(), task, episodes, fold=fold, kind="eval", seed_start=seed_start, model=model
     )
@@ -107,9 +106,14 @@ def evaluate_with_retries(
     attempts; `.report()["solved_within"]` counts the seeds any attempt won."""
     from crl.agent.retries import evaluate_with_retries as _retries
 
-    if fold == "train":
-        raise ValueError("evaluate_with_retries plays held-out seeds: use fold='dev' or 'test'")
+    _held_out(fold, "evaluate_with_retries")
     return _retries(settings or _default_settings(), task, episodes, attempts, fold, seed_start, model=model)
+
+
+def _held_out(fold: str, function: str) -> None:
+    """Refuse the train fold for an evaluation (`function` names the caller in the message)."""
+    if fold == "train":
+        raise ValueError(f"{function} plays held-out seeds: use fold='dev' or 'test' (crl.run plays train seeds)")
 
 
 def open_bank(settings: "Settings | None" = None) -> "ExperienceBank":

@@ -252,9 +252,8 @@ def evaluate(
 def _evaluate_with_retries(
     settings, task: str, fold: str, episodes: int, seed: int, attempts: int, first: str | None, as_json: bool
 ) -> None:
-    from crl.agent.retries import check_retries, evaluate_with_retries
+    from crl.agent.retries import evaluate_with_retries
 
-    check_retries(settings, attempts)
     result = evaluate_with_retries(
         settings,
         task,
