@@ -7,6 +7,10 @@ the next attempt reads: so a retry knows this very world's earlier tries (the mo
 the rooms already searched), which no model weight can know. The user's own bank is never
 written. Without memory in the loop a retry of a greedy policy replays its first attempt; the
 attempts are still played, so the comparison between arms stays like for like.
+
+Every retry is logged in that folder (`<home>/retries/<first run id>/evals`), memory or not, so
+an interrupted series continues where it stopped (`resume=True`, `crl eval --resume`): finished
+retries are kept and an interrupted one is resumed like any run.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crl.agent.app import RunResult, acting_model, loaded_adapter, open_bank, start_run
+from crl.agent.app import RunResult, acting_model, loaded_adapter, open_bank, resume_run, start_run
 from crl.agent.config import Settings
 from crl.agent.llm.base import ChatModel
 from crl.agent.preflight import needs_bank
 from crl.agent.runner import Progress, RunnerStats
-from crl.agent.runs import RunStore
+from crl.agent.runs import RunInfo, RunStore
 from crl.tasks.evaluation import wilson_interval
 from crl.tasks.registry import fold_seeds
 
@@ -86,18 +90,45 @@ def check_retries(settings: Settings, attempts: int) -> None:
         )
 
 
-def scratch_memory(settings: Settings, first_run_id: str) -> Settings:
-    """Settings whose home is a fresh scratch folder holding a copy of `settings`' memory
-    (`<home>/retries/<first run id>`, or `...-2`, `-3` when the same evaluation is retried again)."""
+def scratch_memory(settings: Settings, first_run_id: str, copy_memory: bool = True) -> Settings:
+    """Settings whose home is a fresh folder for one series of retries (`<home>/retries/<first
+    run id>`, or `...-2`, `-3` when the same evaluation is retried again), holding a copy of
+    `settings`' memory unless `copy_memory` is False (retries without memory only log there)."""
     base = settings.home / SCRATCH_DIR / first_run_id
     home, n = base, 1
     while home.exists():
         n += 1
         home = base.with_name(f"{first_run_id}-{n}")
     home.mkdir(parents=True)
-    if settings.memory_dir.is_dir():
+    if copy_memory and settings.memory_dir.is_dir():
         shutil.copytree(settings.memory_dir, home / "memory", ignore=shutil.ignore_patterns("lock", "lock.owner"))
     return settings.model_copy(update={"home": home})
+
+
+def latest_scratch(settings: Settings, first_run_id: str) -> Settings:
+    """Settings whose home is the latest series of retries of `first_run_id` (to resume it).
+
+    Raises:
+        FileNotFoundError: that evaluation was never retried here.
+    """
+    parent = settings.home / SCRATCH_DIR
+    numbered = {_series_number(p.name, first_run_id): p for p in parent.glob(f"{first_run_id}*") if p.is_dir()}
+    numbered.pop(None, None)
+    if not numbered:
+        raise FileNotFoundError(
+            f"no retries of run {first_run_id} to resume under {parent}: run `crl eval --attempts N "
+            f"--first {first_run_id}` without --resume"
+        )
+    latest = numbered[max(numbered)]
+    return settings.model_copy(update={"home": latest})
+
+
+def _series_number(name: str, first_run_id: str) -> int | None:
+    """1 for `<first run id>`, n for `<first run id>-n`, None for another folder."""
+    if name == first_run_id:
+        return 1
+    suffix = name.removeprefix(f"{first_run_id}-")
+    return int(suffix) if suffix != name and suffix.isdigit() else None
 
 
 def new_draw(settings: Settings, attempt: int) -> Settings:
@@ -124,7 +155,7 @@ def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model
     """A finished evaluation of this data directory taken as the first attempt (so a long
     evaluation need not be played again): it must be of the same task, fold, policy, memory and
     adapter as the retries (`model`'s adapter, else the settings' or the promoted one). Checked
-    before any model loads. Its throughput figures come from its `run.json` times."""
+    before any model loads."""
     from crl.finetune.registry import adapter_folder, promoted_adapter_path
 
     store = RunStore(settings.evals_dir)
@@ -151,7 +182,12 @@ def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model
     wrong = [f"{name} {was} (here {now})" for name, (was, now) in checks.items() if was != now]
     if wrong:
         raise ValueError(f"run {run_id} cannot be the first attempt: " + "; ".join(wrong))
-    episodes = store.episodes(run_id)
+    return logged_result(store, info)
+
+
+def logged_result(store: RunStore, info: RunInfo) -> RunResult:
+    """A finished run read back from its log; its throughput figures come from its `run.json` times."""
+    episodes = store.episodes(info.run_id)
     wall = (info.finished_at or info.created_at) - info.created_at
     return RunResult(info, episodes, RunnerStats(steps=sum(len(e.steps) for e in episodes), wall_seconds=wall))
 
@@ -166,36 +202,68 @@ def evaluate_with_retries(
     progress: Callable[[int, int], Any] | None = None,
     model: ChatModel | None = None,
     first: str | None = None,
+    resume: bool = False,
 ) -> RetryResult:
     """Evaluate `task` on `episodes` seeds of `fold`, playing each lost seed again up to
     `attempts` times in all (module docstring). `progress(attempt, n)` opens a progress display
     for an attempt of n episodes (a context manager giving a `Progress`), or None. `model`: the
     model every attempt acts with (default: the settings' own). `first`: the id of a finished
     evaluation to take as the first attempt (`earlier_attempt`; its seeds replace `episodes` and
-    `seed_start`)."""
+    `seed_start`). `resume`: continue the latest retries of `first` (`latest_scratch`): its
+    finished attempts are kept, an interrupted one is resumed, the rest are played."""
     check_retries(settings, attempts)
+    if resume and not first:
+        raise ValueError("resuming retries needs the first attempt's run id (--first)")
     earlier = earlier_attempt(settings, first, task, fold, model) if first else None
+    scratch = latest_scratch(settings, first) if resume and first else None
+    logged = RunStore(scratch.evals_dir).list() if scratch else []
     model = model or acting_model(settings)
     result = RetryResult(list(earlier.info.seeds) if earlier else fold_seeds(task, fold, episodes, seed_start))
+    result.scratch_home = scratch.home if scratch else None
     learns = attempts > 1 and needs_bank(settings, "eval")
-    current = settings
+    current = scratch or settings
     todo = list(result.seeds)
     for number in range(1, attempts + 1):
-        played_in = current
+        played_in = settings if number == 1 else current
         if number == 1 and earlier is not None:
             result.attempts.append(earlier)
+        elif 2 <= number < len(logged) + 2:
+            result.attempts.append(_continued(current, logged[number - 2], todo, model, progress, number))
         else:
             result.attempts.append(_attempt(new_draw(current, number), task, fold, todo, model, progress, number))
         wins = result.first_win()
         todo = [seed for seed in result.seeds if wins[seed] is None]
         if not todo or number == attempts:
             break
+        if result.scratch_home is None:
+            current = scratch_memory(settings, result.attempts[0].info.run_id, copy_memory=learns)
+            result.scratch_home = current.home
         if learns:
-            if result.scratch_home is None:
-                current = scratch_memory(settings, result.attempts[0].info.run_id)
-                result.scratch_home = current.home
             store_attempt(current, RunStore(played_in.evals_dir), result.attempts[-1])
     return result
+
+
+def _continued(
+    scratch: Settings,
+    info: RunInfo,
+    todo: list[int],
+    model: ChatModel,
+    progress: Callable[[int, int], Any] | None,
+    number: int,
+) -> RunResult:
+    """Attempt `number` as logged in the series being resumed: kept when finished, else resumed."""
+    if sorted(info.seeds) != sorted(todo):
+        raise ValueError(
+            f"retry {info.run_id} under {scratch.home} played seeds {sorted(info.seeds)}, but attempt {number} "
+            f"should play the {len(todo)} still unsolved: these are not retries of this evaluation"
+        )
+    store = RunStore(scratch.evals_dir)
+    if info.status == "finished":
+        return logged_result(store, info)
+    if progress is None:
+        return resume_run(scratch, info.run_id, model=model)
+    with progress(number, len(todo)) as bar:
+        return resume_run(scratch, info.run_id, model=model, progress=bar)
 
 
 def _attempt(

@@ -100,14 +100,27 @@ def evaluate_with_retries(
     fold: str = "dev",
     seed_start: int = 0,
     model: "ChatModel | None" = None,
+    first: str | None = None,
+    resume: bool = False,
 ) -> "RetryResult":
     """Held-out episodes with retries (as `crl eval --attempts`): each lost seed is played again,
     up to `attempts` in all, the retries reading a scratch copy of memory that holds the earlier
-    attempts; `.report()["solved_within"]` counts the seeds any attempt won."""
+    attempts; `.report()["solved_within"]` counts the seeds any attempt won. `first`: a finished
+    evaluation's run id taken as attempt 1; `resume`: continue its latest, interrupted retries."""
     from crl.agent.retries import evaluate_with_retries as _retries
 
     _held_out(fold, "evaluate_with_retries")
-    return _retries(settings or _default_settings(), task, episodes, attempts, fold, seed_start, model=model)
+    return _retries(
+        settings or _default_settings(),
+        task,
+        episodes,
+        attempts,
+        fold,
+        seed_start,
+        model=model,
+        first=first,
+        resume=resume,
+    )
 
 
 def _held_out(fold: str, function: str) -> None:

@@ -68,7 +68,10 @@ def test_without_memory_a_retry_replays_the_same_loss(crl_home):
     first, second = (a.episodes[0] for a in result.attempts)
     assert not first.success and not second.success
     assert [s.action for s in first.steps] == [s.action for s in second.steps]
-    assert result.scratch_home is None and result.report()["solved_within"] == 0
+    assert result.report()["solved_within"] == 0
+    scratch = result.scratch_home
+    assert scratch is not None and not (scratch / "memory").exists(), "without memory nothing is copied"
+    assert (scratch / "evals" / result.attempts[1].info.run_id).is_dir(), "the retry is logged in its series"
 
 
 def test_retries_refuse_a_memory_server_and_fewer_than_one_attempt(crl_home):
@@ -163,3 +166,53 @@ def test_a_mismatched_first_attempt_is_refused_before_the_model_loads(crl_home, 
     monkeypatch.setattr("crl.agent.retries.acting_model", no_model)
     with pytest.raises(ValueError, match=r"task keyroom/key \(here keyroom/door\)"):
         evaluate_with_retries(settings, "keyroom/door", 1, 2, first=first.info.run_id)
+
+
+class KillAfter(ScriptedModel):
+    """Raises KeyboardInterrupt on scoring call number `n` (as a killed process would stop)."""
+
+    def __init__(self, replies, n):
+        super().__init__(replies)
+        self.n = n
+
+    def score_actions(self, *args, **kwargs):
+        if len(self.calls) >= self.n:
+            raise KeyboardInterrupt
+        return super().score_actions(*args, **kwargs)
+
+
+def test_resume_keeps_finished_retries_and_continues_an_interrupted_one(crl_home):
+    from crl.agent.app import start_run
+    from crl.agent.runs import RunStore
+
+    settings = settings_for(crl_home, memory=True)
+    first = start_run(settings, "keyroom/key", 1, fold="dev", kind="eval", model=looker()).info.run_id
+    reference = evaluate_with_retries(settings, "keyroom/key", 1, 3, model=looker(), first=first)
+    assert reference.report()["first_win"][str(SEED)] == 2
+    killer = KillAfter(lambda messages: json.dumps({"look": 0.0} | {a: -1.0 for a in PLAN}), 0)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_with_retries(settings, "keyroom/key", 1, 3, model=killer, first=first)
+    series = crl_home / "retries" / f"{first}-2"
+    [cut] = RunStore(series / "evals").list()
+    assert cut.status == "interrupted" and not any(e.finished for e in RunStore(series / "evals").episodes(cut.run_id))
+
+    resumed = evaluate_with_retries(settings, "keyroom/key", 1, 3, model=looker(), first=first, resume=True)
+    assert resumed.scratch_home == series and [a.info.run_id for a in resumed.attempts] == [first, cut.run_id]
+    retry = resumed.attempts[1].episodes[0]
+    assert retry.success and len(retry.steps) == len(reference.attempts[1].episodes[0].steps)
+    assert not (crl_home / "retries" / f"{first}-3").exists(), "resuming makes no new series"
+    again = evaluate_with_retries(settings, "keyroom/key", 1, 3, model=looker(), first=first, resume=True)
+    assert [a.info.run_id for a in again.attempts] == [first, cut.run_id], "a finished retry is kept, not replayed"
+
+
+def test_resume_refuses_what_it_cannot_continue(crl_home):
+    from crl.agent.app import start_run
+
+    settings = settings_for(crl_home, memory=True)
+    first = start_run(settings, "keyroom/key", 1, fold="dev", kind="eval", model=looker()).info.run_id
+    with pytest.raises(FileNotFoundError, match="no retries of run"):
+        evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), first=first, resume=True)
+    with pytest.raises(ValueError, match="--first"):
+        evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), resume=True)
+    result = CliRunner().invoke(app, ["eval", "keyroom/key", "--attempts", "2", "--resume"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "--first" in result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -216,6 +217,12 @@ def evaluate(
         help="With --attempts: take this finished evaluation (a run id of `crl runs`) as the first attempt "
         "instead of playing it; its seeds are the ones retried.",
     ),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="With --attempts and --first: continue the latest retries of that evaluation after an "
+        "interruption (finished retries are kept, an interrupted one is resumed).",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Success rate (with a 95% interval), mean steps and invalid-action rate on held-out seeds."""
@@ -237,8 +244,10 @@ def evaluate(
     crl.check_task(settings, task)
     if first and attempts < 2:
         raise typer.BadParameter("--first names the first of several attempts: give --attempts 2 or more")
+    if resume and not first:
+        raise typer.BadParameter("--resume continues the retries of one evaluation: name it with --first")
     if attempts > 1:
-        _evaluate_with_retries(settings, task, fold.value, episodes, seed, attempts, first, as_json)
+        _evaluate_with_retries(settings, task, fold.value, episodes, seed, attempts, first, resume, as_json)
         return
     with EpisodeProgress(episodes, err, description=f"eval {task} [{fold.value}]") as progress:
         result = crl.start_run(
@@ -250,7 +259,15 @@ def evaluate(
 
 
 def _evaluate_with_retries(
-    settings, task: str, fold: str, episodes: int, seed: int, attempts: int, first: str | None, as_json: bool
+    settings,
+    task: str,
+    fold: str,
+    episodes: int,
+    seed: int,
+    attempts: int,
+    first: str | None,
+    resume: bool,
+    as_json: bool,
 ) -> None:
     from crl.agent.retries import evaluate_with_retries
 
@@ -263,6 +280,7 @@ def _evaluate_with_retries(
         seed_start=seed,
         progress=lambda k, n: EpisodeProgress(n, err, description=f"eval {task} [{fold}] attempt {k}"),
         first=first,
+        resume=resume,
     )
     report = result.report() | {"fold": fold, "seed_offset": seed}
 
@@ -284,12 +302,15 @@ def _evaluate_with_retries(
             f"solved within {len(report['attempts'])} attempt(s): {report['solved_within']}/{len(result.seeds)} = "
             f"{report['success_rate_within']:.1%} (95% CI {lo:.1%} – {hi:.1%})"
         )
-        if report["scratch_home"]:
+        scratch = report["scratch_home"]
+        if scratch and (Path(scratch) / "memory").is_dir():
             out.print(
-                f"retries read and learned into a scratch copy of memory: {escape(report['scratch_home'])} "
+                f"retries read and learned into a scratch copy of memory: {escape(scratch)} "
                 "(inspect with crl --home SCRATCH runs / explain; remove when done)",
                 highlight=False,
             )
+        elif scratch:
+            out.print(f"retries logged under {escape(scratch)} (crl --home SCRATCH runs)", highlight=False)
 
     emit(report, as_json, render)
     exit_if_nothing_played(report)
