@@ -8,6 +8,11 @@ the rooms already searched), which no model weight can know. The user's own bank
 written. Without memory in the loop a retry of a greedy policy replays its first attempt; the
 attempts are still played, so the comparison between arms stays like for like.
 
+With `retry_memory="attempts"` (`crl eval --retry-memory attempts`) the scratch memory starts
+empty instead of as a copy of the bank, so retries read only this evaluation's own attempts: where
+many worlds share the same room texts (TextWorldExpress), the bank's counts from other worlds
+otherwise outweigh the one earlier try of this world.
+
 Every retry is logged in that folder (`<home>/retries/<first run id>/evals`), memory or not, so
 an interrupted series continues where it stopped (`resume=True`, `crl eval --resume`): finished
 retries are kept and an interrupted one is resumed like any run.
@@ -31,6 +36,7 @@ from crl.tasks.evaluation import wilson_interval
 from crl.tasks.registry import fold_seeds
 
 SCRATCH_DIR = "retries"
+RETRY_MEMORY = ("bank", "attempts")
 
 
 @dataclass
@@ -40,6 +46,7 @@ class RetryResult:
     seeds: list[int]
     attempts: list[RunResult] = field(default_factory=list)
     scratch_home: Path | None = None
+    retry_memory: str = "bank"
 
     def first_win(self) -> dict[int, int | None]:
         """Seed -> the attempt (1-based) that first won it, None for a seed no attempt won."""
@@ -76,13 +83,16 @@ class RetryResult:
             "ci95_within": [lo, hi],
             "first_win": {str(seed): a for seed, a in wins.items()},
             "scratch_home": str(self.scratch_home) if self.scratch_home else None,
+            "retry_memory": self.retry_memory,
         }
 
 
-def check_retries(settings: Settings, attempts: int) -> None:
+def check_retries(settings: Settings, attempts: int, retry_memory: str = "bank") -> None:
     """Refuse what retries cannot do before anything is played."""
     if attempts < 1:
         raise ValueError(f"attempts must be >= 1, got {attempts}")
+    if retry_memory not in RETRY_MEMORY:
+        raise ValueError(f"retry memory must be one of {', '.join(RETRY_MEMORY)}, got {retry_memory!r}")
     if attempts > 1 and needs_bank(settings, "eval") and settings.memory.server_mode:
         raise ValueError(
             "--attempts copies the embedded memory into a scratch folder for the retries to learn into; "
@@ -93,7 +103,8 @@ def check_retries(settings: Settings, attempts: int) -> None:
 def scratch_memory(settings: Settings, first_run_id: str, copy_memory: bool = True) -> Settings:
     """Settings whose home is a fresh folder for one series of retries (`<home>/retries/<first
     run id>`, or `...-2`, `-3` when the same evaluation is retried again), holding a copy of
-    `settings`' memory unless `copy_memory` is False (retries without memory only log there)."""
+    `settings`' memory unless `copy_memory` is False (retries without memory only log there;
+    retries that read only the attempts start from an empty memory)."""
     base = settings.home / SCRATCH_DIR / first_run_id
     home, n = base, 1
     while home.exists():
@@ -203,6 +214,7 @@ def evaluate_with_retries(
     model: ChatModel | None = None,
     first: str | None = None,
     resume: bool = False,
+    retry_memory: str = "bank",
 ) -> RetryResult:
     """Evaluate `task` on `episodes` seeds of `fold`, playing each lost seed again up to
     `attempts` times in all (module docstring). `progress(attempt, n)` opens a progress display
@@ -210,8 +222,10 @@ def evaluate_with_retries(
     model every attempt acts with (default: the settings' own). `first`: the id of a finished
     evaluation to take as the first attempt (`earlier_attempt`; its seeds replace `episodes` and
     `seed_start`). `resume`: continue the latest retries of `first` (`latest_scratch`): its
-    finished attempts are kept, an interrupted one is resumed, the rest are played."""
-    check_retries(settings, attempts)
+    finished attempts are kept, an interrupted one is resumed, the rest are played.
+    `retry_memory`: what the retries read besides the earlier attempts: "bank" (a copy of the
+    bank) or "attempts" (nothing else)."""
+    check_retries(settings, attempts, retry_memory)
     if resume and not first:
         raise ValueError("resuming retries needs the first attempt's run id (--first)")
     earlier = earlier_attempt(settings, first, task, fold, model) if first else None
@@ -220,6 +234,7 @@ def evaluate_with_retries(
     model = model or acting_model(settings)
     result = RetryResult(list(earlier.info.seeds) if earlier else fold_seeds(task, fold, episodes, seed_start))
     result.scratch_home = scratch.home if scratch else None
+    result.retry_memory = retry_memory
     learns = attempts > 1 and needs_bank(settings, "eval")
     current = scratch or settings
     todo = list(result.seeds)
@@ -236,7 +251,8 @@ def evaluate_with_retries(
         if not todo or number == attempts:
             break
         if result.scratch_home is None:
-            current = scratch_memory(settings, result.attempts[0].info.run_id, copy_memory=learns)
+            copy = learns and retry_memory == "bank"
+            current = scratch_memory(settings, result.attempts[0].info.run_id, copy_memory=copy)
             result.scratch_home = current.home
         if learns:
             store_attempt(current, RunStore(played_in.evals_dir), result.attempts[-1])

@@ -102,11 +102,13 @@ def evaluate_with_retries(
     model: "ChatModel | None" = None,
     first: str | None = None,
     resume: bool = False,
+    retry_memory: str = "bank",
 ) -> "RetryResult":
     """Held-out episodes with retries (as `crl eval --attempts`): each lost seed is played again,
     up to `attempts` in all, the retries reading a scratch copy of memory that holds the earlier
     attempts; `.report()["solved_within"]` counts the seeds any attempt won. `first`: a finished
-    evaluation's run id taken as attempt 1; `resume`: continue its latest, interrupted retries."""
+    evaluation's run id taken as attempt 1; `resume`: continue its latest, interrupted retries;
+    `retry_memory="attempts"`: the retries read only the earlier attempts, not a copy of the bank."""
     from crl.agent.retries import evaluate_with_retries as _retries
 
     _held_out(fold, "evaluate_with_retries")
@@ -120,6 +122,7 @@ def evaluate_with_retries(
         model=model,
         first=first,
         resume=resume,
+        retry_memory=retry_memory,
     )
 
 

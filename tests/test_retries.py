@@ -216,3 +216,20 @@ def test_resume_refuses_what_it_cannot_continue(crl_home):
         evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), resume=True)
     result = CliRunner().invoke(app, ["eval", "keyroom/key", "--attempts", "2", "--resume"], env={"COLUMNS": "200"})
     assert result.exit_code == 2 and "--first" in result.output
+
+
+def test_retries_that_read_only_the_attempts_leave_the_bank_out(crl_home):
+    from crl.agent.app import start_run
+
+    settings = settings_for(crl_home, memory=True)
+    start_run(settings, "keyroom/door", 1, model=looker())
+    banked = stored_episodes(settings)
+    assert banked == 1
+    both = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker())
+    only = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), retry_memory="attempts")
+    assert only.report()["retry_memory"] == "attempts" and both.report()["retry_memory"] == "bank"
+    assert stored_episodes(settings.model_copy(update={"home": both.scratch_home})) == banked + 1
+    assert stored_episodes(settings.model_copy(update={"home": only.scratch_home})) == 1, "attempt 1, no bank episode"
+    assert only.report()["first_win"][str(SEED)] == 2, "the world's own lost try is enough to win the retry"
+    with pytest.raises(ValueError, match="retry memory"):
+        check_retries(settings, 2, "everything")

@@ -43,6 +43,7 @@ from crl.agent.cli.common import (
 from crl.agent.cli.progress import EpisodeProgress
 
 app = typer.Typer()
+RetryMemory = choices("RetryMemory", ["bank", "attempts"])  # agent.retries.RETRY_MEMORY
 
 ToolOpt = typer.Option(
     None,
@@ -217,6 +218,12 @@ def evaluate(
         help="With --attempts: take this finished evaluation (a run id of `crl runs`) as the first attempt "
         "instead of playing it; its seeds are the ones retried.",
     ),
+    retry_memory: RetryMemory = typer.Option(
+        "bank",
+        "--retry-memory",
+        help="What retries read besides the earlier attempts: bank (a scratch copy of memory) or attempts "
+        "(nothing else: this world's own tries are not outweighed by other worlds' counts).",
+    ),
     resume: bool = typer.Option(
         False,
         "--resume",
@@ -247,7 +254,9 @@ def evaluate(
     if resume and not first:
         raise typer.BadParameter("--resume continues the retries of one evaluation: name it with --first")
     if attempts > 1:
-        _evaluate_with_retries(settings, task, fold.value, episodes, seed, attempts, first, resume, as_json)
+        _evaluate_with_retries(
+            settings, task, fold.value, episodes, seed, attempts, first, resume, retry_memory.value, as_json
+        )
         return
     with EpisodeProgress(episodes, err, description=f"eval {task} [{fold.value}]") as progress:
         result = crl.start_run(
@@ -267,6 +276,7 @@ def _evaluate_with_retries(
     attempts: int,
     first: str | None,
     resume: bool,
+    retry_memory: str,
     as_json: bool,
 ) -> None:
     from crl.agent.retries import evaluate_with_retries
@@ -281,6 +291,7 @@ def _evaluate_with_retries(
         progress=lambda k, n: EpisodeProgress(n, err, description=f"eval {task} [{fold}] attempt {k}"),
         first=first,
         resume=resume,
+        retry_memory=retry_memory,
     )
     report = result.report() | {"fold": fold, "seed_offset": seed}
 
@@ -303,7 +314,13 @@ def _evaluate_with_retries(
             f"{report['success_rate_within']:.1%} (95% CI {lo:.1%} – {hi:.1%})"
         )
         scratch = report["scratch_home"]
-        if scratch and (Path(scratch) / "memory").is_dir():
+        if scratch and (Path(scratch) / "memory").is_dir() and report["retry_memory"] == "attempts":
+            out.print(
+                f"retries read only the earlier attempts, stored in {escape(scratch)} "
+                "(inspect with crl --home SCRATCH runs / explain; remove when done)",
+                highlight=False,
+            )
+        elif scratch and (Path(scratch) / "memory").is_dir():
             out.print(
                 f"retries read and learned into a scratch copy of memory: {escape(scratch)} "
                 "(inspect with crl --home SCRATCH runs / explain; remove when done)",
