@@ -20,6 +20,7 @@ retries are kept and an interrupted one is resumed like any run.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from crl.tasks.evaluation import wilson_interval
 from crl.tasks.registry import fold_seeds
 
 SCRATCH_DIR = "retries"
+SERIES_FILE = "series.json"
 RETRY_MEMORY = ("bank", "attempts")
 
 
@@ -134,6 +136,18 @@ def latest_scratch(settings: Settings, first_run_id: str) -> Settings:
     return settings.model_copy(update={"home": latest})
 
 
+def check_series(scratch: Settings, retry_memory: str) -> None:
+    """Refuse to resume a series of retries with another `retry_memory` than it was started with."""
+    try:
+        started = json.loads((scratch.home / SERIES_FILE).read_text()).get("retry_memory", "bank")
+    except FileNotFoundError:
+        return
+    if started != retry_memory:
+        raise ValueError(
+            f"the retries under {scratch.home} read {started!r}: resume them with --retry-memory {started}"
+        )
+
+
 def _series_number(name: str, first_run_id: str) -> int | None:
     """1 for `<first run id>`, n for `<first run id>-n`, None for another folder."""
     if name == first_run_id:
@@ -230,6 +244,8 @@ def evaluate_with_retries(
         raise ValueError("resuming retries needs the first attempt's run id (--first)")
     earlier = earlier_attempt(settings, first, task, fold, model) if first else None
     scratch = latest_scratch(settings, first) if resume and first else None
+    if scratch is not None:
+        check_series(scratch, retry_memory)
     logged = RunStore(scratch.evals_dir).list() if scratch else []
     model = model or acting_model(settings)
     result = RetryResult(list(earlier.info.seeds) if earlier else fold_seeds(task, fold, episodes, seed_start))
@@ -254,6 +270,9 @@ def evaluate_with_retries(
             copy = learns and retry_memory == "bank"
             current = scratch_memory(settings, result.attempts[0].info.run_id, copy_memory=copy)
             result.scratch_home = current.home
+            (current.home / SERIES_FILE).write_text(
+                json.dumps({"first": result.attempts[0].info.run_id, "retry_memory": retry_memory})
+            )
         if learns:
             store_attempt(current, RunStore(played_in.evals_dir), result.attempts[-1])
     return result

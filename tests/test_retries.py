@@ -233,3 +233,6 @@ def test_retries_that_read_only_the_attempts_leave_the_bank_out(crl_home):
     assert only.report()["first_win"][str(SEED)] == 2, "the world's own lost try is enough to win the retry"
     with pytest.raises(ValueError, match="retry memory"):
         check_retries(settings, 2, "everything")
+    first = only.attempts[0].info.run_id
+    with pytest.raises(ValueError, match="--retry-memory attempts"):
+        evaluate_with_retries(settings, "keyroom/key", 1, 3, model=looker(), first=first, resume=True)
