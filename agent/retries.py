@@ -295,10 +295,7 @@ def _continued(
     store = RunStore(scratch.evals_dir)
     if info.status == "finished":
         return logged_result(store, info)
-    if progress is None:
-        return resume_run(scratch, info.run_id, model=model)
-    with progress(number, len(todo)) as bar:
-        return resume_run(scratch, info.run_id, model=model, progress=bar)
+    return _shown(progress, number, len(todo), lambda bar: resume_run(scratch, info.run_id, model=model, progress=bar))
 
 
 def _attempt(
@@ -310,10 +307,21 @@ def _attempt(
     progress: Callable[[int, int], Any] | None,
     number: int,
 ) -> RunResult:
+    return _shown(
+        progress,
+        number,
+        len(seeds),
+        lambda bar: start_run(
+            settings, task, len(seeds), fold=fold, kind="eval", model=model, progress=bar, seeds=seeds
+        ),
+    )
+
+
+def _shown(
+    progress: Callable[[int, int], Any] | None, number: int, n: int, play: Callable[[Progress | None], RunResult]
+) -> RunResult:
+    """`play(bar)` inside attempt `number`'s progress display of n episodes, or `play(None)` without one."""
     if progress is None:
-        return start_run(settings, task, len(seeds), fold=fold, kind="eval", model=model, seeds=seeds)
-    with progress(number, len(seeds)) as bar:
-        bar_progress: Progress = bar
-        return start_run(
-            settings, task, len(seeds), fold=fold, kind="eval", model=model, progress=bar_progress, seeds=seeds
-        )
+        return play(None)
+    with progress(number, n) as bar:
+        return play(bar)
