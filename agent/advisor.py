@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Literal
 
 from crl.memory.actors import actor_key
@@ -14,6 +15,7 @@ from crl.memory.retrieval.episodic_control import (
     ActionIndex,
     MemoryAdvantage,
     UntriedPrior,
+    VoteWeights,
     choose_memory,
     choose_mixed,
     memory_advantages,
@@ -120,16 +122,15 @@ class MemoryAdvisor:
         task: str,
         same_task: bool = True,
         untried: UntriedPrior | None = None,
-        actor: str | None = None,
-        other_actor_weight: float = 1.0,
+        weights: VoteWeights = VoteWeights(),
     ) -> dict[str, MemoryAdvantage]:
         """Memory's advantage of each admissible action in this state (for the posterior policy):
         what followed it in the nearest stored states minus what followed any action there
         (`untried`: how to value actions none of them took, see `UntriedPrior`).
         With `same_task`, a pack retrieved for a purpose (`ContextPack.purpose_neighbours`) is
         valued by the steps that worked toward that sub-goal in any task of the family; otherwise
-        by the steps of the same task. Steps another actor than `actor` played vote with
-        `other_actor_weight` (`memory_advantages`)."""
+        by the steps of the same task. `weights` scale votes by actor and world (`VoteWeights`);
+        the pack's drift weight replaces its synthetic factor."""
         purposeful = same_task and pack is not None and pack.purpose_neighbours is not None
         neighbours = (pack.purpose_neighbours if purposeful else pack.neighbours) if pack is not None else None
         if not neighbours:
@@ -140,14 +141,14 @@ class MemoryAdvisor:
             self.retriever.config,
             task=task if same_task and not purposeful else None,
             untried=untried,
-            synthetic_weight=pack.synthetic_weight,
+            weights=replace(weights, synthetic=pack.synthetic_weight),
             purpose=pack.purpose if purposeful else None,
-            actor=actor,
-            other_actor_weight=other_actor_weight,
             roles=pack.roles,
         )
 
-    def evidence_ids(self, pack: ContextPack, action: str, task: str | None = None) -> list[str]:
+    def evidence_ids(
+        self, pack: ContextPack, action: str, task: str | None = None, weights: VoteWeights = VoteWeights()
+    ) -> list[str]:
         """The stored steps whose votes make memory's advantage for `action` here (credited when
         the episode ends, like the memories a prompt used): of the pack's purpose when it has one
         and `task` is given (as `advantages` with `same_task`), else of `task` (None: any)."""
@@ -156,7 +157,7 @@ class MemoryAdvisor:
         else:
             pool = [(step, sim) for step, sim in pack.neighbours if task is None or step.task == task]
         config = self.retriever.config
-        nearest = sorted(pool, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
+        nearest = weights.nearest(pool, config.ec_neighbours)
         index = ActionIndex([action], 0.0, pack.roles if config.ec_action_roles else None)
         return [step.id for step, _ in nearest if index.matches(step)]
 

@@ -126,6 +126,15 @@ class PosteriorSettings(BaseModel):
         description="The factor on votes of stored steps another actor played (base model, older adapter, "
         "synthesis): off-policy evidence for the acting model. 1: every actor alike; 0: only its own steps among the nearest vote.",
     )
+    other_world_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="The factor on votes of stored steps of other worlds (another task or seed) than the one "
+        "played. 1: every world alike; below 1 a world's own earlier steps (an evaluation's retries) outweigh "
+        "other worlds' counts on the same state text and come first among equally similar neighbours; 0: "
+        "only its own steps vote.",
+    )
     candidates: int = Field(
         12,
         ge=1,
@@ -148,6 +157,7 @@ class PosteriorSettings(BaseModel):
             self.optimism,
             self.condition,
             self.other_actor_weight,
+            other_world_weight=self.other_world_weight,
             untried_support=self.untried_support,
             untried_floor=self.untried_floor,
             untried_cap=self.untried_cap,

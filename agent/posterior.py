@@ -35,6 +35,7 @@ from typing import Any, Literal
 from crl.memory.retrieval.episodic_control import (
     MemoryAdvantage,
     UntriedPrior,
+    VoteWeights,
     memory_advantages,
     same_task_steps,
     state_baseline,
@@ -45,6 +46,7 @@ __all__ = [
     "PosteriorConfig",
     "PosteriorDecision",
     "UntriedPrior",
+    "VoteWeights",
     "decide",
     "memory_advantages",
     "memory_weight",
@@ -105,6 +107,15 @@ class PosteriorConfig:
             "every actor alike; 0 lets only the acting model's own steps among the `ec_neighbours` nearest vote."
         },
     )
+    other_world_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "The factor on the votes of stored steps of other worlds (another task or seed) than the one "
+            "being played. 1 counts every world alike; below 1 a world's own earlier steps (an evaluation's "
+            "retries) outweigh other worlds' counts on the same state text, and come first among equally "
+            "similar neighbours; 0 lets only this world's own steps vote."
+        },
+    )
     untried_support: float | None = field(
         default=None,
         metadata={
@@ -142,6 +153,8 @@ class PosteriorConfig:
             raise ValueError(f"posterior beta must be >= 0, got {self.beta}")
         if not 0 <= self.other_actor_weight <= 1:
             raise ValueError(f"posterior other_actor_weight must be in [0, 1], got {self.other_actor_weight}")
+        if not 0 <= self.other_world_weight <= 1:
+            raise ValueError(f"posterior other_world_weight must be in [0, 1], got {self.other_world_weight}")
         if self.alpha <= 0:
             raise ValueError(f"posterior alpha must be > 0 (math.inf ignores memory), got {self.alpha}")
         if self.support_scale <= 0:
@@ -154,6 +167,12 @@ class PosteriorConfig:
             self.untried_prior()
         except ValueError as e:
             raise ValueError(f"posterior {e}") from None
+
+    def vote_weights(
+        self, actor: str | None = None, world: tuple[str, int] | None = None, synthetic: float = 1.0
+    ) -> VoteWeights:
+        """The factors on memory's votes for `actor` playing `world` (task, seed) under these settings."""
+        return VoteWeights(synthetic, actor, self.other_actor_weight, world, self.other_world_weight)
 
     def rng(self, *key: object) -> random.Random:
         """The random source of one decision under these settings (`decision_rng` with this draw)."""

@@ -20,7 +20,7 @@ from crl.agent.session import EpisodeSession, LoopConfig
 from crl.agent.tool_choice import ToolPrime, by_tool_name, call_opening, choose_tool, primed, tools_tried_here
 from crl.memory.actors import actor_key
 from crl.memory.purpose import purpose_now
-from crl.memory.retrieval.episodic_control import memory_advantages
+from crl.memory.retrieval.episodic_control import VoteWeights, memory_advantages
 from crl.memory.retrieval.retriever import RetrievalQuery
 from crl.memory.storage.episode_log import EpisodeLog
 from crl.memory.trajectory import Episode, MemoryOffer, Step
@@ -293,9 +293,7 @@ class Runner:
                     advisor.retriever.config,
                     task=session.episode.task if config.same_task else None,
                     untried=config.untried,
-                    synthetic_weight=pack.synthetic_weight,
-                    actor=self.actor,
-                    other_actor_weight=config.other_actor_weight,
+                    weights=self._vote_weights(session, pack.synthetic_weight),
                 )
             draw = self.posterior.config.draw if self.posterior is not None else 0
             rng = decision_rng(
@@ -344,7 +342,7 @@ class Runner:
         if isinstance(self.advisor, MemoryAdvisor) and pack is not None:
             config = self.posterior.config
             values = self.advisor.advantages(
-                pack, valid, session.episode.task, config.same_task, None, self.actor, config.other_actor_weight
+                pack, valid, session.episode.task, config.same_task, None, self._vote_weights(session)
             )
             memory = sorted(values, key=lambda a: (-values[a].advantage, -values[a].support, a))
         return build_candidates(
@@ -376,6 +374,12 @@ class Runner:
         )
         stats.retrieval_seconds += time.monotonic() - t
         return packs
+
+    def _vote_weights(self, session: EpisodeSession, synthetic: float = 1.0) -> VoteWeights:
+        """The factors on memory's votes in this episode: by actor and world, as the posterior's
+        settings say (`VoteWeights`)."""
+        world = (session.episode.task, session.episode.seed)
+        return self.posterior.config.vote_weights(self.actor, world, synthetic)
 
     def _purpose(self, session: EpisodeSession) -> str | None:
         """The sub-goal the episode works toward now, when the posterior conditions memory on it
@@ -455,8 +459,7 @@ class Runner:
                 session.episode.task,
                 config.same_task,
                 config.untried,
-                self.actor,
-                config.other_actor_weight,
+                self._vote_weights(session),
             )
             if advisor
             else {}
@@ -482,7 +485,9 @@ class Runner:
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
             decision = decide(dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried)
             if advisor is not None and decision.chosen in advantages:
-                session.used_memory.extend(advisor.evidence_ids(pack, decision.chosen, session.episode.task))
+                session.used_memory.extend(
+                    advisor.evidence_ids(pack, decision.chosen, session.episode.task, self._vote_weights(session))
+                )
             record = decision.to_dict()
             if candidates is not None:
                 record["candidates"] = candidates.to_dict()

@@ -24,7 +24,7 @@ import crl.memory.synthesis.drift as drift
 from crl.agent.cli.main import app
 from crl.memory.config import DriftConfig
 from crl.memory.retrieval.config import RetrievalConfig
-from crl.memory.retrieval.episodic_control import action_values, memory_advantages
+from crl.memory.retrieval.episodic_control import VoteWeights, action_values, memory_advantages
 from crl.memory.retrieval.rerank import Candidate, score
 from crl.memory.retrieval.retriever import RetrievalQuery, Retriever
 from crl.memory.storage.embeddings import HashingEmbedding, SentenceTransformerEmbedding
@@ -223,10 +223,10 @@ def test_synthetic_votes_count_with_the_synthetic_weight():
     synthetic = step_record("s1", 0, "open door").model_copy(update={"source": "synthetic"})
     near = [(real, 1.0), (synthetic, 1.0)]
     full = action_values(near, ["take key", "open door"], cfg)
-    down = action_values(near, ["take key", "open door"], cfg, synthetic_weight=0.25)
+    down = action_values(near, ["take key", "open door"], cfg, VoteWeights(synthetic=0.25))
     assert full["open door"].support == pytest.approx(1.0) and down["open door"].support == pytest.approx(0.25)
     assert down["take key"].support == full["take key"].support == pytest.approx(1.0)
-    advantages = memory_advantages(near, ["take key", "open door"], cfg, synthetic_weight=0.25)
+    advantages = memory_advantages(near, ["take key", "open door"], cfg, weights=VoteWeights(synthetic=0.25))
     assert advantages["open door"].support == pytest.approx(0.25)
 
 

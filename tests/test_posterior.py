@@ -17,7 +17,7 @@ from crl.agent.posterior import (
     state_baseline,
 )
 from crl.memory.retrieval.config import RetrievalConfig
-from crl.memory.retrieval.episodic_control import UntriedPrior, played_by
+from crl.memory.retrieval.episodic_control import UntriedPrior, VoteWeights, played_by
 from tests.retrieval_fixtures import step_record
 
 CFG = RetrievalConfig()
@@ -350,15 +350,21 @@ def test_other_actors_votes_are_scaled_in_values_baseline_and_support():
     base_steps = _played(_votes(("go north", "failure", 1, 1.0), ("go north", "failure", 1, 1.0)), BASE)
     own_steps = _played(_votes(("go north", "success", 1, 1.0)), ADAPTED)
     neighbours = base_steps + own_steps
-    full = memory_advantages(neighbours, ["go north"], CFG, actor=ADAPTED)
+    full = memory_advantages(neighbours, ["go north"], CFG, weights=VoteWeights(actor=ADAPTED))
     assert full["go north"].support == pytest.approx(3.0)
     assert full["go north"].q == pytest.approx(-0.9 / 3)
-    scaled = memory_advantages(neighbours, ["go north"], CFG, actor=ADAPTED, other_actor_weight=0.25)
+    scaled = memory_advantages(neighbours, ["go north"], CFG, weights=VoteWeights(actor=ADAPTED, other_actor=0.25))
     assert scaled["go north"].support == pytest.approx(1.5)
     assert scaled["go north"].q == pytest.approx((0.9 - 2 * 0.25 * 0.9) / 1.5)
-    assert state_baseline(neighbours, CFG, actor=ADAPTED, other_actor_weight=0.25)[1] == pytest.approx(1.5)
+    assert state_baseline(neighbours, CFG, weights=VoteWeights(actor=ADAPTED, other_actor=0.25))[1] == pytest.approx(
+        1.5
+    )
     only_own = memory_advantages(
-        neighbours, ["go north", "look"], CFG, untried=UntriedPrior(0.1), actor=ADAPTED, other_actor_weight=0
+        neighbours,
+        ["go north", "look"],
+        CFG,
+        untried=UntriedPrior(0.1),
+        weights=VoteWeights(actor=ADAPTED, other_actor=0),
     )
     assert only_own["go north"].q == pytest.approx(0.9) and only_own["go north"].n == 1
     assert only_own["look"].support == pytest.approx(1.0)
@@ -369,21 +375,69 @@ def test_without_own_experience_weight_zero_leaves_the_model_alone():
     prior = {"take key": 0.7, "look": 0.3}
     trusting = decide(
         prior,
-        memory_advantages(base_steps, list(prior), CFG, untried=UntriedPrior(0.1), actor=ADAPTED),
+        memory_advantages(base_steps, list(prior), CFG, untried=UntriedPrior(0.1), weights=VoteWeights(actor=ADAPTED)),
         PosteriorConfig(),
     )
     assert trusting.chosen == "look"
     own_only = memory_advantages(
-        base_steps, list(prior), CFG, untried=UntriedPrior(0.1), actor=ADAPTED, other_actor_weight=0
+        base_steps, list(prior), CFG, untried=UntriedPrior(0.1), weights=VoteWeights(actor=ADAPTED, other_actor=0)
     )
     assert own_only == {}
     assert decide(prior, own_only, PosteriorConfig()).chosen == "take key"
-    assert memory_advantages(base_steps, list(prior), CFG, actor=BASE, other_actor_weight=0)["look"].n == 4
+    assert (
+        memory_advantages(base_steps, list(prior), CFG, weights=VoteWeights(actor=BASE, other_actor=0))["look"].n == 4
+    )
 
 
 def test_other_actor_weight_must_be_a_share():
     with pytest.raises(ValueError, match="other_actor_weight"):
         PosteriorConfig(other_actor_weight=1.5)
+
+
+# --- experience of other worlds (other_world_weight) ------------------------------------------
+WORLD = ("keyroom/key", 0)
+
+
+def _elsewhere(neighbours, seed=7):
+    return [(step.model_copy(update={"seed": seed}), sim) for step, sim in neighbours]
+
+
+def test_other_worlds_counts_no_longer_outvote_this_worlds_own_loss():
+    """Sixteen other worlds won one step after "go north" from this same room text; this world lost
+    after it. Counted alike, memory values it highly; with other worlds at 0.05 this world's loss
+    decides, and at 0 only it votes."""
+    others = _elsewhere(_votes(*[("go north", "success", 1, 1.0)] * 16))
+    own = [(step_record("own", 0, "go north", "failure", length=2), 1.0)]
+    neighbours = others + own
+    alike = memory_advantages(neighbours, ["go north"], CFG, weights=VoteWeights(world=WORLD))
+    assert alike["go north"].q == pytest.approx(15 * 0.9 / 17)
+    weighted = memory_advantages(neighbours, ["go north"], CFG, weights=VoteWeights(world=WORLD, other_world=0.05))
+    assert weighted["go north"].support == pytest.approx(1.8)
+    assert weighted["go north"].q == pytest.approx((0.8 * 0.9 - 0.9) / 1.8) and weighted["go north"].q < 0
+    only_own = memory_advantages(neighbours, ["go north"], CFG, weights=VoteWeights(world=WORLD, other_world=0))
+    assert only_own["go north"].n == 1 and only_own["go north"].q == pytest.approx(-0.9)
+    assert memory_advantages(others, ["go north"], CFG, weights=VoteWeights(world=WORLD, other_world=0)) == {}
+    no_world = memory_advantages(neighbours, ["go north"], CFG, weights=VoteWeights(other_world=0))
+    assert no_world["go north"].q == alike["go north"].q
+
+
+def test_this_worlds_own_step_wins_a_similarity_tie_in_the_nearest_cut():
+    others = _elsewhere(_votes(*[("go north", "success", 1, 1.0)] * 3))
+    own = (step_record("own", 0, "go south", "success", length=2).model_copy(update={"id": "~own"}), 1.0)
+    neighbours = [own, *others]
+    assert own not in VoteWeights(world=WORLD).nearest(neighbours, 3)
+    assert VoteWeights(world=WORLD, other_world=0.5).nearest(neighbours, 3)[0] == own
+    three = RetrievalConfig(ec_neighbours=3)
+    weights = VoteWeights(world=WORLD, other_world=0.5)
+    assert "go south" in memory_advantages(neighbours, ["go north", "go south"], three, weights=weights)
+    assert "go south" not in memory_advantages(neighbours, ["go north", "go south"], three)
+
+
+def test_other_world_weight_must_be_a_share_and_reaches_the_vote_weights():
+    with pytest.raises(ValueError, match="other_world_weight"):
+        PosteriorConfig(other_world_weight=-0.1)
+    weights = PosteriorConfig(other_actor_weight=0.5, other_world_weight=0.2).vote_weights(ADAPTED, WORLD, 0.25)
+    assert weights == VoteWeights(0.25, ADAPTED, 0.5, WORLD, 0.2)
 
 
 def test_explain_names_the_cap_on_untried_support():

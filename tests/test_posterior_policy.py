@@ -198,6 +198,20 @@ def test_other_actor_weight_zero_keeps_another_actors_experience_out_of_the_deci
     assert steered.success and any(st.decided_by == "memory" for st in steered.steps)
 
 
+def test_other_world_weight_zero_lets_only_the_worlds_own_plays_steer(crl_home):
+    """With `other_world_weight` 0 the looker replaying the stored seed is steered by that
+    world's own plays and wins; on the next seed (another world) memory gives no advantage at all."""
+    mem, looker, _ = looker_after_a_failure_and_a_success(crl_home)
+    posterior = mem.agent.posterior.model_copy(update={"other_world_weight": 0.0})
+    own_only = mem.model_copy(update={"agent": mem.agent.model_copy(update={"posterior": posterior})})
+    same = start_run(own_only, "keyroom/key", 1, model=looker, kind="eval").episodes[0]
+    assert same.success and any(st.decided_by == "memory" for st in same.steps)
+    other = start_run(own_only, "keyroom/key", 1, seed_start=1, model=looker, kind="eval").episodes[0]
+    assert other.seed != same.seed
+    assert all(not st.extra.policy.posterior["actions"][st.action].get("memory") for st in other.steps)
+    assert {st.decided_by for st in other.steps} <= {"llm", "repeat-avoidance"}
+
+
 def test_the_steps_behind_a_memory_choice_are_credited_when_the_episode_ends(crl_home):
     mem, looker, solved = looker_after_a_failure_and_a_success(crl_home)
     start_run(mem, "keyroom/key", 1, model=looker)

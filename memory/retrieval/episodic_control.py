@@ -30,9 +30,10 @@ of the same task family whose states are nearest (k = `ec_neighbours`):
             lets a long compound task learn its first steps from failed episodes that got
             part of the way, which a reward only at the end cannot teach.
 
-A synthetic stored step (`source = "synthetic"`) votes with `synthetic_weight * w_i`: the
-drift monitor's weight (`memory.synthesis.drift.synthetic_weight`), 1 unless its family's
-synthetic experience has drifted from the real one, so drifted synthesis adds less support.
+Each vote is further scaled by where its step came from (`VoteWeights`): a synthetic step by the
+drift monitor's weight (`memory.synthesis.drift.synthetic_weight`, 1 unless its family's synthetic
+experience has drifted from the real one), a step another actor played by `other_actor_weight`, a
+step of another world by `other_world_weight` (both 1 unless set).
 
 Poisoning defences (`memory.retrieval.influence`, on unless `retrieval.defences = false`): a
 step whose success the environment did not verify does not vote, an outlier's vote counts with
@@ -156,16 +157,52 @@ def vote_weight(similarity: float, min_similarity: float) -> float:
     return min(1.0, max(0.0, (similarity - min_similarity) / (1.0 - min_similarity)))
 
 
-def source_weight(
-    step: StepRecord, synthetic_weight: float, actor: str | None = None, other_actor_weight: float = 1.0
-) -> float:
-    """The factor a stored step's vote counts with: `synthetic_weight` for a synthetic step, times
-    `other_actor_weight` when `actor` is given and the step was played by another actor (or is
-    synthetic, which no actor played), else 1."""
-    factor = synthetic_weight if step.source == "synthetic" else 1.0
-    if actor is not None and other_actor_weight != 1.0 and not played_by(step, actor):
-        factor *= other_actor_weight
-    return factor
+@dataclass(frozen=True)
+class VoteWeights:
+    """How much a stored step's vote counts by where it came from (1 each by default).
+
+    Attributes:
+        synthetic: the factor on a synthetic step (the drift monitor's weight,
+            `ContextPack.synthetic_weight`).
+        actor, other_actor: the acting model (`memory.actors.actor_key`) and the factor on steps
+            another actor played (or synthesis, which no actor played); `actor` None: every actor alike.
+        world, other_world: the world being played, (task, seed), and the factor on steps stored
+            in other worlds. Where other worlds hold the same state texts (twx rooms), their counts
+            would otherwise outvote what this world's own earlier attempts showed. Below 1, a
+            world's own steps also come first among equally similar neighbours in the
+            `ec_neighbours` cut (otherwise the record id breaks the tie).
+    """
+
+    synthetic: float = 1.0
+    actor: str | None = None
+    other_actor: float = 1.0
+    world: tuple[str, int] | None = None
+    other_world: float = 1.0
+
+    def of(self, step: StepRecord) -> float:
+        """The factor `step`'s vote counts with."""
+        factor = self.synthetic if step.source == "synthetic" else 1.0
+        if self.actor is not None and self.other_actor != 1.0 and not played_by(step, self.actor):
+            factor *= self.other_actor
+        if self.prefers_own_world and not self.own_world(step):
+            factor *= self.other_world
+        return factor
+
+    @property
+    def prefers_own_world(self) -> bool:
+        """Whether steps of other worlds count less than this world's own."""
+        return self.world is not None and self.other_world != 1.0
+
+    def own_world(self, step: StepRecord) -> bool:
+        """Whether `step` was stored in the world being played."""
+        return self.world is not None and (step.task, step.seed) == self.world
+
+    def nearest(self, neighbours: Sequence[tuple[StepRecord, float]], k: int) -> list[tuple[StepRecord, float]]:
+        """The `k` most similar neighbours; ties go to this world's own steps when other worlds
+        count less, then to the lower record id."""
+        if self.prefers_own_world:
+            return sorted(neighbours, key=lambda n: (-n[1], not self.own_world(n[0]), n[0].id))[:k]
+        return sorted(neighbours, key=lambda n: (-n[1], n[0].id))[:k]
 
 
 def played_by(step: StepRecord, actor: str) -> bool:
@@ -243,10 +280,8 @@ class ActionIndex:
 def defended_votes(
     neighbours: Sequence[tuple[StepRecord, float]],
     config: RetrievalConfig,
-    synthetic_weight: float = 1.0,
+    weights: VoteWeights = VoteWeights(),
     actions_of: dict[str, list[str]] | None = None,
-    actor: str | None = None,
-    other_actor_weight: float = 1.0,
 ) -> list[Vote]:
     """The votes of the `config.ec_neighbours` nearest stored steps, with the poisoning defences of
     `memory.retrieval.influence` applied (those switched on): unverified successes dropped before
@@ -254,20 +289,16 @@ def defended_votes(
     down-weighted. The per-source cap is per action, in `action_values`.
 
     Args:
+        weights: the factors on votes by their source, actor and world (`VoteWeights`).
         actions_of: step id -> the admissible actions it votes for (the outlier check compares
             votes for the same action; without it, for the same normalised stored action).
-        actor, other_actor_weight: steps another actor played vote with `other_actor_weight`
-            (`source_weight`); None: every actor's steps count alike.
     """
     verified_only = config.defence("verified_only")
     if verified_only:
         neighbours = [(s, sim) for s, sim in neighbours if s.episode_outcome != "success" or counts_as_success(s)]
-    nearest = sorted(neighbours, key=lambda n: (-n[1], n[0].id))[: config.ec_neighbours]
     votes: list[Vote] = []
-    for step, sim in nearest:
-        w = vote_weight(sim, config.ec_min_similarity) * source_weight(
-            step, synthetic_weight, actor, other_actor_weight
-        )
+    for step, sim in weights.nearest(neighbours, config.ec_neighbours):
+        w = vote_weight(sim, config.ec_min_similarity) * weights.of(step)
         r = step_return(step, config)
         if w <= 0 or r is None:
             continue
@@ -285,9 +316,7 @@ def action_values(
     neighbours: Sequence[tuple[StepRecord, float]],
     admissible: Sequence[str],
     config: RetrievalConfig,
-    synthetic_weight: float = 1.0,
-    actor: str | None = None,
-    other_actor_weight: float = 1.0,
+    weights: VoteWeights = VoteWeights(),
     roles: ActionRoles | None = None,
 ) -> dict[str, ActionValue]:
     """Values of the admissible actions from stored steps near the current state.
@@ -296,8 +325,7 @@ def action_values(
         neighbours: (stored step, cosine similarity to the current state), any order; only
             the `config.ec_neighbours` most similar vote.
         admissible: the actions the task accepts now.
-        synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
-        actor, other_actor_weight: as in `defended_votes`.
+        weights: the factors on votes by their source, actor and world (`VoteWeights`).
         roles: the task's action roles in the current state (`ActionIndex`); ignored when
             `config.ec_action_roles` is off.
 
@@ -311,7 +339,7 @@ def action_values(
     index = ActionIndex(admissible, config.ec_partial_weight, roles if config.ec_action_roles else None)
     matched = {id(step): index.matches(step) for step, _ in neighbours}
     actions_of = {step.id: [a for a, _ in matched[id(step)]] for step, _ in neighbours}
-    votes = defended_votes(neighbours, config, synthetic_weight, actions_of, actor, other_actor_weight)
+    votes = defended_votes(neighbours, config, weights, actions_of)
     per_action: dict[str, list[tuple[Vote, float]]] = {}
     for vote in votes:
         for action, m in matched[id(vote.step)]:
@@ -545,17 +573,15 @@ def same_task_steps(neighbours: Sequence[tuple[StepRecord, float]], task: str) -
 def state_baseline(
     neighbours: Sequence[tuple[StepRecord, float]],
     config: RetrievalConfig,
-    synthetic_weight: float = 1.0,
-    actor: str | None = None,
-    other_actor_weight: float = 1.0,
+    weights: VoteWeights = VoteWeights(),
 ) -> tuple[float, float]:
     """What followed any action from the nearest stored states: (support-weighted mean return, support).
 
     The same `config.ec_neighbours` nearest steps that vote in `action_values`, each weighted
-    by `vote_weight` (and `synthetic_weight` if synthetic), whatever its action, under the same
+    by `vote_weight` times `weights.of(step)`, whatever its action, under the same
     defences (`defended_votes`, and the source cap over the whole state); (0, 0) when none votes.
     """
-    votes = defended_votes(neighbours, config, synthetic_weight, actor=actor, other_actor_weight=other_actor_weight)
+    votes = defended_votes(neighbours, config, weights)
     by_source: dict[str, float] = {}
     for v in votes:
         by_source[v.source] = by_source.get(v.source, 0.0) + v.weight
@@ -574,10 +600,8 @@ def memory_advantages(
     config: RetrievalConfig,
     task: str | None = None,
     untried: UntriedPrior | None = None,
-    synthetic_weight: float = 1.0,
+    weights: VoteWeights = VoteWeights(),
     purpose: str | None = None,
-    actor: str | None = None,
-    other_actor_weight: float = 1.0,
     roles: ActionRoles | None = None,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
@@ -590,12 +614,12 @@ def memory_advantages(
         untried: when given and memory holds close states, each admissible action no stored
             step took here gets the prior's guess (`UntriedPrior.advantage`) against the same
             baseline.
-        synthetic_weight: the factor on a synthetic step's vote (`ContextPack.synthetic_weight`).
+        weights: the factors on votes by their source, actor and world (`VoteWeights`), in the
+            values, the baseline and the support behind both. Steps another actor played say how
+            *that* actor went on from here (off-policy evidence for this one); steps of another
+            world, how that world went on from a state that may only look the same.
         purpose: when given (instead of `task`), only steps that worked toward this sub-goal vote,
             from any task of the family, each valued by whether it reached it (`memory.purpose`).
-        actor, other_actor_weight: the actor now playing; steps another actor played vote with
-            `other_actor_weight` (their returns say how *that* actor went on from here, off-policy
-            evidence for this one), in the values, the baseline and the support behind both.
         roles: the task's action roles in the current state, as in `action_values`.
 
     Returns:
@@ -609,12 +633,10 @@ def memory_advantages(
         neighbours = for_purpose(neighbours, purpose)
     elif task is not None:
         neighbours = same_task_steps(neighbours, task)
-    baseline, state_support = state_baseline(neighbours, config, synthetic_weight, actor, other_actor_weight)
+    baseline, state_support = state_baseline(neighbours, config, weights)
     found = {
         action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint)
-        for action, v in action_values(
-            neighbours, admissible, config, synthetic_weight, actor, other_actor_weight, roles
-        ).items()
+        for action, v in action_values(neighbours, admissible, config, weights, roles).items()
     }
     if untried is None or state_support <= 0:
         return found

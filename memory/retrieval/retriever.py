@@ -56,7 +56,7 @@ from crl.memory.retrieval.action_roles import ActionRoles, roles_for
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.credit import family_success_rate
 from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, relevance
-from crl.memory.retrieval.episodic_control import ActionValue, action_values
+from crl.memory.retrieval.episodic_control import ActionValue, VoteWeights, action_values
 from crl.memory.retrieval.fanout import Fanout
 from crl.memory.retrieval.influence import claims_success, counts_as_success
 from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, rank
@@ -375,7 +375,7 @@ class Retriever:
                     pack.neighbours = near
                     pack.roles = roles_for(queries[i].task, queries[i].observation)
                     pack.action_values = action_values(
-                        near, queries[i].admissible, cfg, got.synthetic_weight, roles=pack.roles
+                        near, queries[i].admissible, cfg, VoteWeights(synthetic=got.synthetic_weight), roles=pack.roles
                     )
                     if queries[i].purpose:
                         pack.purpose = queries[i].purpose
