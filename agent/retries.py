@@ -195,6 +195,7 @@ def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model
     def folder(ref: str | Path | None) -> Path | None:
         return adapter_folder(settings, ref).resolve() if ref else None
 
+    was_adapter, now_adapter = folder(info.adapter), folder(acting)
     checks = {
         "kind": (info.kind, "eval"),
         "status": (info.status, "finished"),
@@ -202,12 +203,22 @@ def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model
         "fold": (snapshot.get("fold"), fold),
         "policy": ((snapshot.get("agent") or {}).get("policy"), settings.agent.policy),
         "memory.enabled": ((snapshot.get("memory") or {}).get("enabled"), settings.memory.enabled),
-        "adapter": (folder(info.adapter), folder(acting)),
+        "adapter": (was_adapter, was_adapter if same_registered(was_adapter, now_adapter) else now_adapter),
     }
     wrong = [f"{name} {was} (here {now})" for name, (was, now) in checks.items() if was != now]
     if wrong:
         raise ValueError(f"run {run_id} cannot be the first attempt: " + "; ".join(wrong))
     return logged_result(store, info)
+
+
+def same_registered(a: Path | None, b: Path | None) -> bool:
+    """Whether two adapter folders are the same registered adapter (`<home>/adapters/<id>/adapter`)
+    of data directories copied or moved since: the same id in the registry's layout."""
+    from crl.finetune.registry import ADAPTER_SUBDIR, ADAPTERS_DIR
+
+    if a is None or b is None or a.name != ADAPTER_SUBDIR or b.name != ADAPTER_SUBDIR:
+        return False
+    return a.parent.name == b.parent.name and a.parent.parent.name == b.parent.parent.name == ADAPTERS_DIR
 
 
 def logged_result(store: RunStore, info: RunInfo) -> RunResult:

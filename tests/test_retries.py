@@ -236,3 +236,15 @@ def test_retries_that_read_only_the_attempts_leave_the_bank_out(crl_home):
     first = only.attempts[0].info.run_id
     with pytest.raises(ValueError, match="--retry-memory attempts"):
         evaluate_with_retries(settings, "keyroom/key", 1, 3, model=looker(), first=first, resume=True)
+
+
+def test_a_registered_adapter_of_a_copied_data_directory_is_the_same_adapter():
+    from pathlib import Path
+
+    from crl.agent.retries import same_registered
+
+    old, new = Path("/old/home/adapters/sft-1/adapter"), Path("/new/home/adapters/sft-1/adapter")
+    assert same_registered(old, new)
+    assert not same_registered(old, Path("/new/home/adapters/sft-2/adapter"))
+    assert not same_registered(Path("/old/runs/sft-1/adapter"), Path("/new/runs/sft-1/adapter"))
+    assert not same_registered(old, None) and not same_registered(None, None)
