@@ -74,6 +74,7 @@ class RetryResult:
                     "episodes": rep["episodes"],
                     "successes": rep["successes"],
                     "solved_so_far": sum(1 for a in wins.values() if a is not None and a <= number),
+                    "memory": read_memory(self.attempts[number - 1].info),
                     "memory_overrides": rep.get("memory_overrides"),
                     "wall_seconds": rep["wall_seconds"],
                 }
@@ -87,6 +88,11 @@ class RetryResult:
             "scratch_home": str(self.scratch_home) if self.scratch_home else None,
             "retry_memory": self.retry_memory,
         }
+
+
+def read_memory(info: RunInfo) -> bool:
+    """Whether a logged evaluation played with memory (its settings snapshot's `memory.enabled`)."""
+    return bool(((info.settings or {}).get("memory") or {}).get("enabled"))
 
 
 def check_retries(settings: Settings, attempts: int, retry_memory: str = "bank") -> None:
@@ -176,11 +182,19 @@ def store_attempt(scratch: Settings, store: RunStore, result: RunResult) -> None
         raise RuntimeError("could not store the attempt in the scratch memory: " + "; ".join(report.errors[:3]))
 
 
-def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model: ChatModel | None = None) -> RunResult:
+def earlier_attempt(
+    settings: Settings,
+    run_id: str,
+    task: str,
+    fold: str,
+    model: ChatModel | None = None,
+    retry_memory: str = "bank",
+) -> RunResult:
     """A finished evaluation of this data directory taken as the first attempt (so a long
     evaluation need not be played again): it must be of the same task, fold, policy, memory and
     adapter as the retries (`model`'s adapter, else the settings' or the promoted one). Checked
-    before any model loads."""
+    before any model loads. With `retry_memory` "attempts" the retries read no bank, so a first
+    attempt played without memory (the model alone) may be retried with memory of its attempts."""
     from crl.finetune.registry import adapter_folder, promoted_adapter_path
 
     store = RunStore(settings.evals_dir)
@@ -205,6 +219,8 @@ def earlier_attempt(settings: Settings, run_id: str, task: str, fold: str, model
         "memory.enabled": ((snapshot.get("memory") or {}).get("enabled"), settings.memory.enabled),
         "adapter": (was_adapter, was_adapter if same_registered(was_adapter, now_adapter) else now_adapter),
     }
+    if retry_memory == "attempts":
+        checks.pop("memory.enabled")
     wrong = [f"{name} {was} (here {now})" for name, (was, now) in checks.items() if was != now]
     if wrong:
         raise ValueError(f"run {run_id} cannot be the first attempt: " + "; ".join(wrong))
@@ -253,7 +269,7 @@ def evaluate_with_retries(
     check_retries(settings, attempts, retry_memory)
     if resume and not first:
         raise ValueError("resuming retries needs the first attempt's run id (--first)")
-    earlier = earlier_attempt(settings, first, task, fold, model) if first else None
+    earlier = earlier_attempt(settings, first, task, fold, model, retry_memory) if first else None
     scratch = latest_scratch(settings, first) if resume and first else None
     if scratch is not None:
         check_series(scratch, retry_memory)

@@ -108,7 +108,9 @@ def evaluate_with_retries(
     up to `attempts` in all, the retries reading a scratch copy of memory that holds the earlier
     attempts; `.report()["solved_within"]` counts the seeds any attempt won. `first`: a finished
     evaluation's run id taken as attempt 1; `resume`: continue its latest, interrupted retries;
-    `retry_memory="attempts"`: the retries read only the earlier attempts, not a copy of the bank."""
+    `retry_memory="attempts"`: the retries read only the earlier attempts, not a copy of the bank
+    (then `first` may be an evaluation played without memory: the model alone, retried with memory
+    of its own attempts)."""
     from crl.agent.retries import evaluate_with_retries as _retries
 
     _held_out(fold, "evaluate_with_retries")

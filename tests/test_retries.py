@@ -248,3 +248,25 @@ def test_a_registered_adapter_of_a_copied_data_directory_is_the_same_adapter():
     assert not same_registered(old, Path("/new/home/adapters/sft-2/adapter"))
     assert not same_registered(Path("/old/runs/sft-1/adapter"), Path("/new/runs/sft-1/adapter"))
     assert not same_registered(old, None) and not same_registered(None, None)
+
+
+def test_the_model_alone_retried_with_memory_of_its_own_attempts(crl_home):
+    """Attempt 1 played without memory is retried reading only the attempts (Reflexion's protocol):
+    the looker's loss is stored and the retry, steered by it, wins; reading the bank instead is
+    refused, since attempt 1 read none."""
+    from crl.agent.app import start_run
+
+    model = looker()
+    alone = start_run(settings_for(crl_home, memory=False), "keyroom/key", 1, fold="dev", kind="eval", model=model)
+    assert not alone.episodes[0].success
+    settings = settings_for(crl_home, memory=True)
+    with pytest.raises(ValueError, match="memory.enabled False"):
+        evaluate_with_retries(settings, "keyroom/key", 1, 2, model=model, first=alone.info.run_id)
+    result = evaluate_with_retries(
+        settings, "keyroom/key", 1, 2, model=model, first=alone.info.run_id, retry_memory="attempts"
+    )
+    report = result.report()
+    assert [a["memory"] for a in report["attempts"]] == [False, True]
+    assert report["first_win"][str(SEED)] == 2
+    assert stored_episodes(settings.model_copy(update={"home": result.scratch_home})) == 1
+    assert stored_episodes(settings) == 0

@@ -304,6 +304,7 @@ def _evaluate_with_retries(
                 "run": r["run_id"],
                 "played": r["episodes"],
                 "won": r["successes"],
+                "memory": "on" if r["memory"] else "off",
                 "solved so far": f"{r['solved_so_far']}/{len(result.seeds)}",
             }
             for r in report["attempts"]
@@ -338,5 +339,6 @@ RETRY_COLUMNS = [
     Col("run"),
     Col("played", right=True),
     Col("won", right=True),
+    Col("memory"),
     Col("solved so far", right=True),
 ]
