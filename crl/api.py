@@ -102,15 +102,15 @@ def evaluate_with_retries(
     model: "ChatModel | None" = None,
     first: str | None = None,
     resume: bool = False,
-    retry_memory: str = "bank",
+    retry_memory: str = "attempts",
 ) -> "RetryResult":
     """Held-out episodes with retries (as `crl eval --attempts`): each lost seed is played again,
-    up to `attempts` in all, the retries reading a scratch copy of memory that holds the earlier
+    up to `attempts` in all, the retries reading a scratch memory that holds the earlier
     attempts; `.report()["solved_within"]` counts the seeds any attempt won. `first`: a finished
     evaluation's run id taken as attempt 1; `resume`: continue its latest, interrupted retries;
-    `retry_memory="attempts"`: the retries read only the earlier attempts, not a copy of the bank
-    (then `first` may be an evaluation played without memory: the model alone, retried with memory
-    of its own attempts)."""
+    `retry_memory`: "attempts" (the default) reads only the earlier attempts, so `first` may be an
+    evaluation played without memory (the model alone, retried with memory of its own attempts);
+    "bank" reads a copy of the bank as well."""
     from crl.agent.retries import evaluate_with_retries as _retries
 
     _held_out(fold, "evaluate_with_retries")

@@ -218,15 +218,15 @@ def test_resume_refuses_what_it_cannot_continue(crl_home):
     assert result.exit_code == 2 and "--first" in result.output
 
 
-def test_retries_that_read_only_the_attempts_leave_the_bank_out(crl_home):
+def test_retries_read_only_the_attempts_by_default_and_the_bank_on_request(crl_home):
     from crl.agent.app import start_run
 
     settings = settings_for(crl_home, memory=True)
     start_run(settings, "keyroom/door", 1, model=looker())
     banked = stored_episodes(settings)
     assert banked == 1
-    both = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker())
-    only = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), retry_memory="attempts")
+    both = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), retry_memory="bank")
+    only = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker())
     assert only.report()["retry_memory"] == "attempts" and both.report()["retry_memory"] == "bank"
     assert stored_episodes(settings.model_copy(update={"home": both.scratch_home})) == banked + 1
     assert stored_episodes(settings.model_copy(update={"home": only.scratch_home})) == 1, "attempt 1, no bank episode"
@@ -235,7 +235,9 @@ def test_retries_that_read_only_the_attempts_leave_the_bank_out(crl_home):
         check_retries(settings, 2, "everything")
     first = only.attempts[0].info.run_id
     with pytest.raises(ValueError, match="--retry-memory attempts"):
-        evaluate_with_retries(settings, "keyroom/key", 1, 3, model=looker(), first=first, resume=True)
+        evaluate_with_retries(
+            settings, "keyroom/key", 1, 3, model=looker(), first=first, resume=True, retry_memory="bank"
+        )
 
 
 def test_a_registered_adapter_of_a_copied_data_directory_is_the_same_adapter():
@@ -253,7 +255,7 @@ def test_a_registered_adapter_of_a_copied_data_directory_is_the_same_adapter():
 def test_the_model_alone_retried_with_memory_of_its_own_attempts(crl_home):
     """Attempt 1 played without memory is retried reading only the attempts (Reflexion's protocol):
     the looker's loss is stored and the retry, steered by it, wins; reading the bank instead is
-    refused, since attempt 1 read none."""
+    refused, since attempt 1 read none, and so is the other way round (memory on attempt 1 only)."""
     from crl.agent.app import start_run
 
     model = looker()
@@ -261,12 +263,14 @@ def test_the_model_alone_retried_with_memory_of_its_own_attempts(crl_home):
     assert not alone.episodes[0].success
     settings = settings_for(crl_home, memory=True)
     with pytest.raises(ValueError, match="memory.enabled False"):
-        evaluate_with_retries(settings, "keyroom/key", 1, 2, model=model, first=alone.info.run_id)
-    result = evaluate_with_retries(
-        settings, "keyroom/key", 1, 2, model=model, first=alone.info.run_id, retry_memory="attempts"
-    )
+        evaluate_with_retries(settings, "keyroom/key", 1, 2, model=model, first=alone.info.run_id, retry_memory="bank")
+    result = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=model, first=alone.info.run_id)
     report = result.report()
     assert [a["memory"] for a in report["attempts"]] == [False, True]
     assert report["first_win"][str(SEED)] == 2
     assert stored_episodes(settings.model_copy(update={"home": result.scratch_home})) == 1
     assert stored_episodes(settings) == 0
+    with_memory = start_run(settings, "keyroom/key", 1, fold="dev", kind="eval", model=model)
+    alone_after = settings_for(crl_home, memory=False)
+    with pytest.raises(ValueError, match="memory.enabled True"):
+        evaluate_with_retries(alone_after, "keyroom/key", 1, 2, model=model, first=with_memory.info.run_id)

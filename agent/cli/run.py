@@ -43,7 +43,7 @@ from crl.agent.cli.common import (
 from crl.agent.cli.progress import EpisodeProgress
 
 app = typer.Typer()
-RetryMemory = choices("RetryMemory", ["bank", "attempts"])  # agent.retries.RETRY_MEMORY
+RetryMemory = choices("RetryMemory", ["attempts", "bank"])  # agent.retries.RETRY_MEMORY
 
 ToolOpt = typer.Option(
     None,
@@ -219,10 +219,11 @@ def evaluate(
         "instead of playing it; its seeds are the ones retried.",
     ),
     retry_memory: RetryMemory = typer.Option(
-        "bank",
+        "attempts",
         "--retry-memory",
-        help="What retries read besides the earlier attempts: bank (a scratch copy of memory) or attempts "
-        "(nothing else: this world's own tries are not outweighed by other worlds' counts).",
+        help="What retries read besides the earlier attempts: attempts (nothing else: this world's own tries "
+        "are not outweighed by other worlds' counts; attempt 1 may play without memory) or bank (a scratch "
+        "copy of memory as well).",
     ),
     resume: bool = typer.Option(
         False,
