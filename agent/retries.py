@@ -126,22 +126,16 @@ def scratch_memory(settings: Settings, first_run_id: str, copy_memory: bool = Tr
     return settings.model_copy(update={"home": home})
 
 
-def latest_scratch(settings: Settings, first_run_id: str) -> Settings:
-    """Settings whose home is the latest series of retries of `first_run_id` (to resume it).
-
-    Raises:
-        FileNotFoundError: that evaluation was never retried here.
-    """
+def latest_scratch(settings: Settings, first_run_id: str) -> Settings | None:
+    """Settings whose home is the latest series of retries of `first_run_id` (to resume it), or
+    None when it was never retried here (then `--resume` starts the series, so a script can pass
+    it every time)."""
     parent = settings.home / SCRATCH_DIR
     numbered = {_series_number(p.name, first_run_id): p for p in parent.glob(f"{first_run_id}*") if p.is_dir()}
     numbered.pop(None, None)
     if not numbered:
-        raise FileNotFoundError(
-            f"no retries of run {first_run_id} to resume under {parent}: run `crl eval --attempts N "
-            f"--first {first_run_id}` without --resume"
-        )
-    latest = numbered[max(numbered)]
-    return settings.model_copy(update={"home": latest})
+        return None
+    return settings.model_copy(update={"home": numbered[max(numbered)]})
 
 
 def check_series(scratch: Settings, retry_memory: str) -> None:
@@ -267,7 +261,8 @@ def evaluate_with_retries(
     model every attempt acts with (default: the settings' own). `first`: the id of a finished
     evaluation to take as the first attempt (`earlier_attempt`; its seeds replace `episodes` and
     `seed_start`). `resume`: continue the latest retries of `first` (`latest_scratch`): its
-    finished attempts are kept, an interrupted one is resumed, the rest are played.
+    finished attempts are kept, an interrupted one is resumed, the rest are played (with none
+    yet, the retries start).
     `retry_memory`: what the retries read besides the earlier attempts: "attempts" (nothing
     else) or "bank" (a copy of the bank)."""
     check_retries(settings, attempts, retry_memory)

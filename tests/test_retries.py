@@ -205,13 +205,14 @@ def test_resume_keeps_finished_retries_and_continues_an_interrupted_one(crl_home
     assert [a.info.run_id for a in again.attempts] == [first, cut.run_id], "a finished retry is kept, not replayed"
 
 
-def test_resume_refuses_what_it_cannot_continue(crl_home):
+def test_resume_starts_retries_never_started_and_needs_the_first_attempt(crl_home):
     from crl.agent.app import start_run
 
     settings = settings_for(crl_home, memory=True)
     first = start_run(settings, "keyroom/key", 1, fold="dev", kind="eval", model=looker()).info.run_id
-    with pytest.raises(FileNotFoundError, match="no retries of run"):
-        evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), first=first, resume=True)
+    started = evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), first=first, resume=True)
+    assert started.scratch_home == crl_home / "retries" / first, "nothing to resume: the retries start"
+    assert started.report()["first_win"][str(SEED)] == 2
     with pytest.raises(ValueError, match="--first"):
         evaluate_with_retries(settings, "keyroom/key", 1, 2, model=looker(), resume=True)
     result = CliRunner().invoke(app, ["eval", "keyroom/key", "--attempts", "2", "--resume"], env={"COLUMNS": "200"})
