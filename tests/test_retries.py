@@ -275,3 +275,27 @@ def test_the_model_alone_retried_with_memory_of_its_own_attempts(crl_home):
     alone_after = settings_for(crl_home, memory=False)
     with pytest.raises(ValueError, match="memory.enabled True"):
         evaluate_with_retries(alone_after, "keyroom/key", 1, 2, model=model, first=with_memory.info.run_id)
+
+
+def test_retries_of_a_logged_first_attempt_that_read_only_attempts_leave_a_busy_bank_alone(crl_home, monkeypatch):
+    """The user's bank in use by another process does not stop retries that never open it (attempt 1
+    read from its log, retries reading only the attempts); reading the bank, they are refused."""
+    import crl.agent.app
+    from crl.agent.app import start_run
+    from crl.memory.storage.locks import StoreLock
+
+    monkeypatch.setattr(crl.agent.app, "build_chat_model", lambda settings: looker())
+    first = start_run(settings_for(crl_home, memory=True), "keyroom/key", 1, fold="dev", kind="eval", model=looker())
+    lock = StoreLock(crl_home / "memory")
+    args = ["eval", "keyroom/key", "--policy", "posterior", "--memory", "off", "-k", "1"]
+    args += ["--max-steps", str(2 * len(PLAN) - 1), "--attempts", "2", "--first", first.info.run_id, "--json"]
+    env = {"COLUMNS": "200", "CRL_AGENT__LOOP_BREAKER": "false", "CRL_REFLECT__ENABLED": "false"}
+    try:
+        ok = CliRunner().invoke(app, args, env=env)
+        busy = CliRunner().invoke(app, [*args, "--retry-memory", "bank"], env=env)
+    finally:
+        lock.release()
+    assert ok.exit_code == 0, ok.output
+    report = json.loads(ok.stdout)
+    assert report["retry_memory"] == "attempts" and report["first_win"][str(SEED)] == 2
+    assert busy.exit_code != 0 and "in use by" in busy.output

@@ -229,7 +229,7 @@ def evaluate(
         False,
         "--resume",
         help="With --attempts and --first: continue the latest retries of that evaluation after an "
-        "interruption (finished retries are kept, an interrupted one is resumed).",
+        "interruption (finished retries are kept, an interrupted one is resumed), or start them.",
     ),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -246,7 +246,10 @@ def evaluate(
             **tool_flags(tool, mcp, tool_calling),
         )
     )
-    probe_store(settings, "eval")
+    if not (first and retry_memory.value == "attempts"):
+        probe_store(
+            settings, "eval"
+        )  # a first attempt read from its log and retries reading only attempts open no bank
     from crl.agent import app as crl
 
     crl.check_task(settings, task)
