@@ -29,8 +29,13 @@ def check_run_request(episodes: int, seed_start: int = 0) -> None:
 
 def uses_memory_in_loop(settings: Settings) -> bool:
     """Whether episodes retrieve from memory (for prompts or for the policy)."""
-    agent = settings.agent
-    return settings.memory.enabled and agent.policy != "random" and (agent.memory != "off" or agent.policy != "llm")
+    return reads_memory(settings.memory.enabled, settings.agent.policy, settings.agent.memory)
+
+
+def reads_memory(enabled: bool, policy: str, prompt_memory: str) -> bool:
+    """Whether episodes with memory `enabled`, this `policy` and this `agent.memory` prompt mode
+    retrieve from memory: the random policy never does, and the llm policy only for its prompts."""
+    return bool(enabled) and policy != "random" and (prompt_memory != "off" or policy != "llm")
 
 
 def needs_bank(settings: Settings, kind: str) -> bool:

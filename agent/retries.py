@@ -31,7 +31,7 @@ from typing import Any
 from crl.agent.app import RunResult, acting_model, loaded_adapter, open_bank, resume_run, start_run
 from crl.agent.config import Settings
 from crl.agent.llm.base import ChatModel
-from crl.agent.preflight import needs_bank
+from crl.agent.preflight import needs_bank, reads_memory
 from crl.agent.runner import Progress, RunnerStats
 from crl.agent.runs import RunInfo, RunStore
 from crl.tasks.evaluation import wilson_interval
@@ -93,8 +93,11 @@ class RetryResult:
 
 
 def read_memory(info: RunInfo) -> bool:
-    """Whether a logged evaluation played with memory (its settings snapshot's `memory.enabled`)."""
-    return bool(((info.settings or {}).get("memory") or {}).get("enabled"))
+    """Whether a logged evaluation read memory in the loop (`uses_memory_in_loop` on its settings snapshot)."""
+    snapshot = info.settings or {}
+    agent = snapshot.get("agent") or {}
+    enabled = (snapshot.get("memory") or {}).get("enabled")
+    return reads_memory(enabled, agent.get("policy", "posterior"), agent.get("memory", "full"))
 
 
 def check_retries(settings: Settings, attempts: int, retry_memory: str = DEFAULT_RETRY_MEMORY) -> None:

@@ -97,6 +97,7 @@ def test_crl_eval_attempts_reports_success_within_all_attempts(crl_home):
         assert report["attempts"][1]["episodes"] == lost
     assert report["solved_within"] == sum(a is not None for a in report["first_win"].values())
     assert report["solved_within"] >= first["successes"]
+    assert not any(a["memory"] for a in report["attempts"]), "the random policy never reads memory"
 
 
 def test_a_finished_evaluation_can_be_the_first_attempt_and_a_mismatch_is_refused(crl_home):
