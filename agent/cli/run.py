@@ -246,10 +246,9 @@ def evaluate(
             **tool_flags(tool, mcp, tool_calling),
         )
     )
+    # a first attempt read from its log, retried reading only the attempts, never opens the bank
     if not (first and retry_memory.value == "attempts"):
-        probe_store(
-            settings, "eval"
-        )  # a first attempt read from its log and retries reading only attempts open no bank
+        probe_store(settings, "eval")
     from crl.agent import app as crl
 
     crl.check_task(settings, task)
