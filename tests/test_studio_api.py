@@ -563,3 +563,13 @@ def test_the_source_filter_tells_imported_records_apart():
     assert (origin_of(played), origin_of(imported)) == ("real", "imported")
     assert matches(RecordFilter(source="real"), played) and not matches(RecordFilter(source="real"), imported)
     assert matches(RecordFilter(source="imported"), imported) and not matches(RecordFilter(source="imported"), played)
+
+
+def test_closing_the_studio_waits_for_its_background_listing(studio_home, caplog):
+    """Closed right after it starts listing (a server shut down at once), the studio waits for the
+    listing instead of closing the bank under it."""
+    studio = Studio(load_settings({"home": str(studio_home)}))
+    thread = studio.warm_up()
+    studio.close()
+    assert not thread.is_alive()
+    assert "listing the" not in caplog.text

@@ -90,6 +90,7 @@ class MemoryView:
         self.listings = Listings(bank, STUDIO_ACTOR, self.lock)
         self.pager = Pager(bank.view)
         self._maps: dict[tuple, tuple[list[AnyRecord], dict[str, Any]]] = {}
+        self._warming: threading.Thread | None = None
 
     # ---- reading -----------------------------------------------------------------------
 
@@ -116,7 +117,13 @@ class MemoryView:
 
         thread = threading.Thread(target=scan, name=f"studio-listing-{self.namespace}", daemon=True)
         thread.start()
+        self._warming = thread
         return thread
+
+    def settle(self, timeout_s: float = 10.0) -> None:
+        """Wait (up to `timeout_s`) for the background listing, so the bank is not closed under it."""
+        if self._warming is not None:
+            self._warming.join(timeout_s)
 
     def bank_map(self, flt: RecordFilter, limit: int, seed: int = 0) -> dict[str, Any]:
         """The PCA map of the records matching `flt` (see `bank_map`), kept until the listing changes."""

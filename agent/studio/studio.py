@@ -149,7 +149,10 @@ class Studio:
         return adapter_taints(self.registry, home_marks(self.settings.memory_dir))
 
     def close(self) -> None:
-        """Close the other namespaces' banks, then release the default one (and its lock) if the studio opened it."""
+        """Close the other namespaces' banks, then release the default one (and its lock) if the studio
+        opened it; background listings still reading them are waited for first."""
+        for view in (self.memory, *self._views.values()):
+            view.settle()
         for bank in self._opened:
             bank.close()
         self._opened = []
