@@ -200,9 +200,8 @@ class VoteWeights:
     def nearest(self, neighbours: Sequence[tuple[StepRecord, float]], k: int) -> list[tuple[StepRecord, float]]:
         """The `k` most similar neighbours; ties go to this world's own steps when other worlds
         count less, then to the lower record id."""
-        if self.prefers_own_world:
-            return sorted(neighbours, key=lambda n: (-n[1], not self.own_world(n[0]), n[0].id))[:k]
-        return sorted(neighbours, key=lambda n: (-n[1], n[0].id))[:k]
+        prefer = self.prefers_own_world
+        return sorted(neighbours, key=lambda n: (-n[1], prefer and not self.own_world(n[0]), n[0].id))[:k]
 
 
 def played_by(step: StepRecord, actor: str) -> bool:
