@@ -41,6 +41,9 @@ stopped (an arm-repeat that stopped mid-stage is played again from a fresh data 
 `skills+sft` run that finished some SFT rounds resumes after its last, from a copy of its data
 directory taken then). Run again with more arms or repeats and every other setting the same, a
 folder's experiment is extended: its finished arm-repeats are kept, and its spec lists the union.
+Processes playing different arms may share one folder (each saves under a file lock and keeps the
+arm-repeats the others wrote); or play them into folders of their own and combine them with
+`merge_results` (`crl experiment report --merge-into`).
 The report (`table.md`, `curve.png`) is `crl.agent.skills_report`.
 """
 
@@ -50,10 +53,12 @@ import json
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from crl.agent.config import Settings, load_settings
 from crl.agent.llm.base import ChatModel
@@ -224,6 +229,21 @@ def step_limit(spec: SkillsSpec) -> int | None:
     return spec.overrides.get("agent", {}).get("max_steps")
 
 
+def runs_of(saved: dict[str, Any]) -> list[SkillsRun]:
+    """The arm-repeats of a `results.json`."""
+    return [
+        SkillsRun(
+            r["arm"],
+            r["repeat"],
+            [SkillsPoint(**p) for p in r["points"]],
+            SkillsPoint(**r["test"]) if r.get("test") else None,
+            r["seconds"],
+            r.get("done", False),
+        )
+        for r in saved["runs"]
+    ]
+
+
 def spec_of(saved: dict[str, Any]) -> SkillsSpec:
     """The spec a `results.json` was written for (fields added since take their defaults)."""
     return SkillsSpec(**{k: v for k, v in saved.items() if k in SkillsSpec.__dataclass_fields__})
@@ -248,6 +268,45 @@ def merged_spec(saved: SkillsSpec | None, spec: SkillsSpec) -> SkillsSpec:
     return SkillsSpec(**(asdict(spec) | {"arms": arms, "repeats": max(saved.repeats, spec.repeats)}))
 
 
+def is_skills_results(results: dict[str, Any]) -> bool:
+    """Whether a `results.json` was written by this experiment (not by `crl experiment curve`)."""
+    return "phase1" in results.get("spec", {})
+
+
+def merge_results(parts: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One experiment's results from the folders its arms or repeats were played in, e.g. in parallel.
+
+    Args:
+        parts: (where from, for messages; the loaded `results.json`), at least one.
+
+    Returns:
+        The results with every part's arm-repeats and the spec listing their union (`merged_spec`).
+
+    Raises:
+        ValueError: a part is not this experiment's, differs in a setting other than the arms and
+            repeats (the dev seeds would not pair), or holds an arm-repeat another part holds too.
+    """
+    if not parts:
+        raise ValueError("nothing to merge")
+    merged: SkillsSpec | None = None
+    runs: list[dict[str, Any]] = []
+    seen: dict[tuple[str, int], str] = {}
+    for where, results in parts:
+        if not is_skills_results(results):
+            raise ValueError(f"{where} is not a `crl experiment skills` result")
+        spec = spec_of(results["spec"])
+        if merged is not None and (differ := spec_differences(merged, spec)):
+            raise ValueError(f"{where} is another experiment ({'; '.join(differ)}): its seeds would not pair")
+        merged = merged_spec(merged, spec)
+        for r in results["runs"]:
+            key = (r["arm"], r["repeat"])
+            if key in seen:
+                raise ValueError(f"{r['arm']} repeat {r['repeat']} is in both {seen[key]} and {where}")
+            seen[key] = where
+            runs.append(r)
+    return {"spec": asdict(merged), "runs": runs}
+
+
 class SkillsExperiment:
     """Runs (or resumes, or extends with more arms or repeats) the experiment of `spec` in `out_dir`."""
 
@@ -265,6 +324,7 @@ class SkillsExperiment:
         self.path = self.out_dir / "results.json"
         self.runs: list[SkillsRun] = []
         self.saved_spec: SkillsSpec | None = None
+        self.playing: set[tuple[str, int]] = set()
         self.subtasks = subtasks_of(spec.task)
 
     # ---- bookkeeping ------------------------------------------------------------------------
@@ -280,10 +340,7 @@ class SkillsExperiment:
         if differ:
             raise ValueError(f"{self.path} holds a different experiment ({'; '.join(differ)}); choose another --out")
         self.saved_spec = saved
-        for r in old["runs"]:
-            test = SkillsPoint(**r["test"]) if r.get("test") else None
-            points = [SkillsPoint(**p) for p in r["points"]]
-            self.runs.append(SkillsRun(r["arm"], r["repeat"], points, test, r["seconds"], r.get("done", False)))
+        self.runs = runs_of(old)
 
     def kept_points(self) -> int:
         """The dev points an earlier run of this spec in `out_dir` saved that a resume keeps (those of
@@ -304,15 +361,29 @@ class SkillsExperiment:
         return run.done or bool(run.points and self.snapshot(run.arm, run.repeat, len(run.points)).is_dir())
 
     def save(self) -> None:
-        """Write `results.json` atomically."""
-        tmp = self.path.with_suffix(".tmp")
-        data = {"spec": asdict(merged_spec(self.saved_spec, self.spec)), "runs": [asdict(r) for r in self.runs]}
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.path)
+        """Write `results.json` atomically, under a file lock. The arm-repeats this process plays are
+        written as it holds them and every other one as the file holds it now, so processes playing
+        different arms in the same folder keep each other's points."""
+        with FileLock(str(self.path.with_suffix(".lock"))):
+            saved, runs = self.saved_spec, self.runs
+            if self.path.exists():
+                current = json.loads(self.path.read_text())
+                saved = spec_of(current["spec"])
+                on_file = runs_of(current)
+                listed = {(r.arm, r.repeat) for r in on_file}
+                mine = {(r.arm, r.repeat): r for r in runs if (r.arm, r.repeat) in self.playing}
+                runs = [mine.pop((r.arm, r.repeat), r) for r in on_file]
+                runs += [r for r in self.runs if (r.arm, r.repeat) not in listed]
+            self.runs = runs
+            tmp = self.path.with_suffix(".tmp")
+            data = {"spec": asdict(merged_spec(saved, self.spec)), "runs": [asdict(r) for r in runs]}
+            tmp.write_text(json.dumps(data, indent=1))
+            tmp.replace(self.path)
 
     def run_of(self, arm: str, repeat: int) -> SkillsRun:
         """The arm-repeat's record; one left unfinished is started over (its data directory wiped),
         except a `skills+sft` run with finished rounds, which resumes from the snapshot of its last."""
+        self.playing.add((arm, repeat))
         for i, r in enumerate(self.runs):
             if (r.arm, r.repeat) == (arm, repeat):
                 if self.resumable(r):

@@ -419,3 +419,66 @@ def test_running_again_with_more_repeats_or_arms_extends_the_experiment_and_keep
 
     with pytest.raises(ValueError, match="phase1 4, here 8"):
         SkillsExperiment(SkillsSpec(arms=["skills"], repeats=1, eval_episodes=2, test_episodes=0), tmp_path).run()
+
+
+def test_processes_playing_different_arms_in_one_folder_keep_each_others_points(tmp_path, monkeypatch):
+    from crl.agent.skills_experiment import SkillsExperiment, SkillsPoint
+
+    small = dict(eval_episodes=2, test_episodes=0, phase1=4, repeats=1)
+    other = SkillsExperiment(SkillsSpec(arms=["drrn"], **small), tmp_path)
+
+    def skills(self, run, repeat):
+        self.add(run, SkillsPoint("phase 1", 10, 1, 2), 0.0)
+        other.run()  # another process plays the DRRN into the same folder meanwhile
+        self.add(run, SkillsPoint("compound", 20, 2, 2), 0.0)
+
+    def drrn(self, run, repeat):
+        self.add(run, SkillsPoint("drrn", 0, 0, 2), 0.0)
+
+    monkeypatch.setattr(SkillsExperiment, "_skills", skills)
+    monkeypatch.setattr(SkillsExperiment, "_drrn", drrn)
+    monkeypatch.setattr("crl.agent.skills_report.write_report", lambda *a: None)
+
+    data = SkillsExperiment(SkillsSpec(arms=["skills"], **small), tmp_path).run()
+    runs = {(r["arm"], r["repeat"]): r for r in data["runs"]}
+    assert set(runs) == {("skills", 0), ("drrn", 0)}
+    assert [p["stage"] for p in runs["skills", 0]["points"]] == ["phase 1", "compound"]
+    assert runs["drrn", 0]["done"] and [p["stage"] for p in runs["drrn", 0]["points"]] == ["drrn"]
+    assert data["spec"]["arms"] == ["drrn", "skills"]
+
+
+def test_results_played_in_separate_folders_merge_into_one_report(tmp_path):
+    from crl.agent.skills_experiment import merge_results
+
+    whole = results()
+    drrn = dict(whole, runs=[r for r in whole["runs"] if r["arm"] == "drrn"])
+    rest = dict(whole, runs=[r for r in whole["runs"] if r["arm"] != "drrn"])
+    for name, part in (("a", drrn), ("b", rest)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(part))
+
+    merged = merge_results([("a", drrn), ("b", rest)])
+    assert sorted((r["arm"], r["repeat"]) for r in merged["runs"]) == sorted(
+        (r["arm"], r["repeat"]) for r in whole["runs"]
+    )
+    with pytest.raises(ValueError, match="drrn repeat 0 is in both a and again"):
+        merge_results([("a", drrn), ("again", drrn)])
+    elsewhere = dict(rest, spec=dict(rest["spec"], eval_episodes=8))
+    with pytest.raises(ValueError, match="eval_episodes 4, here 8"):
+        merge_results([("a", drrn), ("b", elsewhere)])
+    with pytest.raises(ValueError, match="not a `crl experiment skills` result"):
+        merge_results([("curve", {"spec": {"task": "keyroom/key"}, "runs": []})])
+
+    out = tmp_path / "b"
+    res = CliRunner().invoke(
+        app, ["experiment", "report", str(tmp_path / "a"), str(out), "--merge-into", str(out), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert {r["arm"] for r in rows} == {"drrn", "none", "skills"}
+    saved = json.loads((out / "results.json").read_text())
+    assert len(saved["runs"]) == len(whole["runs"])
+    assert "steps" in (out / "table.md").read_text() and (out / "curve.png").is_file()
+
+    refused = CliRunner().invoke(app, ["experiment", "report", str(tmp_path / "a"), "--merge-into", str(out)])
+    assert refused.exit_code != 0 and "not among the results merged" in refused.output

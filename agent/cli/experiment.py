@@ -139,17 +139,49 @@ def curve(
 @command(app, "report")
 def report(
     results: list[Path] = typer.Argument(..., help="results.json files (or their folders)."),
+    merge_into: Path | None = typer.Option(
+        None,
+        "--merge-into",
+        help="Skills experiments only: combine the given folders' arms and repeats (played apart, e.g. in "
+        "parallel) into this folder's results.json and report them there.",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Re-draw the plot and table of saved results."""
-    from crl.agent.experiment import compare_arms, load_results, summarise, write_report
+    """Re-draw the plot and table of saved results (`crl experiment curve` or `skills`)."""
+    import json
 
-    for path in results:
-        path = path / "results.json" if path.is_dir() else path
+    from crl.agent.experiment import compare_arms, load_results, summarise, write_report
+    from crl.agent.skills_experiment import is_skills_results, merge_results
+
+    files = [path / "results.json" if path.is_dir() else path for path in results]
+    for path in files:
+        if not path.is_file():
+            raise typer.BadParameter(f"{path} does not exist", param_hint="RESULTS")
+    if merge_into is not None:
+        merged = merge_results([(str(path), load_results(path)) for path in files])
+        merge_into.mkdir(parents=True, exist_ok=True)
+        target = merge_into / "results.json"
+        if target.exists() and target.resolve() not in {p.resolve() for p in files}:
+            raise typer.BadParameter(f"{target} exists and is not among the results merged", param_hint="--merge-into")
+        target.write_text(json.dumps(merged, indent=1))
+        files = [target]
+    for path in files:
         data = load_results(path)
+        if is_skills_results(data):
+            show_skills(data, path.parent, as_json)
+            continue
         write_report(data, path.parent)
         rows, pairs = summarise(data), compare_arms(data)
         emit({"curve": rows, "comparisons": pairs}, as_json, report_view(rows, pairs, path.parent))
+
+
+def show_skills(data: dict, out_dir: Path, as_json: bool) -> None:
+    """Write a skills experiment's report next to its results and show its dev points."""
+    from crl.agent.skills_report import summarise, write_report
+
+    write_report(data, out_dir)
+    rows = summarise(data)
+    emit(rows, as_json, skills_view(rows, out_dir))
 
 
 SKILLS_COLUMNS = [
