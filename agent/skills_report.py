@@ -27,7 +27,15 @@ def with_adapter_alone(results: dict[str, Any]) -> dict[str, Any]:
             continue
         alone = [p["detail"]["adapter_alone"] for p in r["points"] if p["detail"].get("adapter_alone")]
         if alone:
-            extra.append({"arm": ADAPTER_ALONE, "repeat": r["repeat"], "points": alone, "test": None})
+            extra.append(
+                {
+                    "arm": ADAPTER_ALONE,
+                    "repeat": r["repeat"],
+                    "points": alone,
+                    "test": None,
+                    "done": r.get("done", True),
+                }
+            )
     return dict(results, runs=results["runs"] + extra) if extra else results
 
 
@@ -67,19 +75,26 @@ def test_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def final_pairs(results: dict[str, Any]) -> list[dict[str, Any]]:
     """McNemar's exact test between the final dev points of each pair of arms, on the (repeat, seed)
-    pairs both played (an arm run once stands for every repeat)."""
+    pairs both finished (an arm-repeat still playing has no final point yet; the model alone, played
+    once because it is deterministic, stands for every repeat)."""
     finals: dict[str, dict[int, dict[str, bool]]] = {}
     for r in results["runs"]:
-        if r["points"]:
+        if r["points"] and r.get("done", True):
             finals.setdefault(r["arm"], {})[r["repeat"]] = r["points"][-1]["outcomes"]
+
+    def final(arm: str, repeat: int) -> dict[str, bool] | None:
+        got = finals[arm].get(repeat)
+        if got is None and arm == "none" and len(finals[arm]) == 1:
+            return next(iter(finals[arm].values()))
+        return got
+
     arms = list(finals)
     rows = []
     for i, a in enumerate(arms):
         for b in arms[i + 1 :]:
             pa, pb = [], []
             for rep in sorted(set(finals[a]) | set(finals[b])):
-                oa = finals[a].get(rep, finals[a][0] if len(finals[a]) == 1 else None)
-                ob = finals[b].get(rep, finals[b][0] if len(finals[b]) == 1 else None)
+                oa, ob = final(a, rep), final(b, rep)
                 if oa is None or ob is None:
                     continue
                 for seed in sorted(set(oa) & set(ob)):

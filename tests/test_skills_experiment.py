@@ -95,6 +95,29 @@ def test_final_points_pair_by_repeat_and_seed_and_a_single_run_stands_for_all():
     assert alone["pairs"] == 8 and alone["b_only"] == 6 and alone["mcnemar_p"] < 0.05
 
 
+def test_an_arm_repeat_still_playing_is_not_paired_and_only_the_model_alone_stands_for_every_repeat():
+    data = results()
+    sft = [
+        {
+            "arm": "skills+sft",
+            "repeat": r,
+            "points": [point("sft", 500, [True, True, True, True])],
+            "test": None,
+            "seconds": 1,
+            "done": r == 0,
+        }
+        for r in range(2)
+    ]
+    data["runs"] += sft
+    pairs = {(p["arm_a"], p["arm_b"]): p for p in final_pairs(data)}
+    assert pairs[("drrn", "skills+sft")]["pairs"] == 4
+    assert pairs[("none", "skills+sft")]["pairs"] == 4
+    data["runs"] = [r for r in data["runs"] if (r["arm"], r["repeat"]) != ("skills", 1)]
+    pairs = {(p["arm_a"], p["arm_b"]): p for p in final_pairs(data)}
+    assert pairs[("drrn", "skills")]["pairs"] == 4  # a single skills repeat stands for no other
+    assert pairs[("drrn", "none")]["pairs"] == 8
+
+
 def test_report_has_the_table_the_ratio_and_the_tests():
     text = "\n".join(report_lines(results()))
     assert "| skills | compound training | 310 | 6/8 (75%)" in text
