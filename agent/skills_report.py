@@ -74,12 +74,12 @@ def test_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def final_pairs(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """McNemar's exact test between the final dev points of each pair of arms, on the (repeat, seed)
-    pairs both finished (an arm-repeat still playing has no final point yet; the model alone, played
-    once because it is deterministic, stands for every repeat)."""
+    """McNemar's exact test between the final (or, for an arm-repeat cut short, the latest) dev points
+    of each pair of arms, on the (repeat, seed) pairs both played. The model alone, played once
+    because it is deterministic, stands for every repeat; any other arm pairs only where it played."""
     finals: dict[str, dict[int, dict[str, bool]]] = {}
     for r in results["runs"]:
-        if r["points"] and r.get("done", True):
+        if r["points"]:
             finals.setdefault(r["arm"], {})[r["repeat"]] = r["points"][-1]["outcomes"]
 
     def final(arm: str, repeat: int) -> dict[str, bool] | None:

@@ -95,27 +95,22 @@ def test_final_points_pair_by_repeat_and_seed_and_a_single_run_stands_for_all():
     assert alone["pairs"] == 8 and alone["b_only"] == 6 and alone["mcnemar_p"] < 0.05
 
 
-def test_an_arm_repeat_still_playing_is_not_paired_and_only_the_model_alone_stands_for_every_repeat():
+def test_only_the_model_alone_stands_for_every_repeat_in_the_paired_tests():
     data = results()
-    sft = [
+    data["runs"].append(
         {
             "arm": "skills+sft",
-            "repeat": r,
+            "repeat": 0,
             "points": [point("sft", 500, [True, True, True, True])],
             "test": None,
             "seconds": 1,
-            "done": r == 0,
+            "done": True,
         }
-        for r in range(2)
-    ]
-    data["runs"] += sft
+    )
     pairs = {(p["arm_a"], p["arm_b"]): p for p in final_pairs(data)}
-    assert pairs[("drrn", "skills+sft")]["pairs"] == 4
+    assert pairs[("drrn", "skills+sft")]["pairs"] == 4  # one repeat played: paired on it alone
     assert pairs[("none", "skills+sft")]["pairs"] == 4
-    data["runs"] = [r for r in data["runs"] if (r["arm"], r["repeat"]) != ("skills", 1)]
-    pairs = {(p["arm_a"], p["arm_b"]): p for p in final_pairs(data)}
-    assert pairs[("drrn", "skills")]["pairs"] == 4  # a single skills repeat stands for no other
-    assert pairs[("drrn", "none")]["pairs"] == 8
+    assert pairs[("drrn", "none")]["pairs"] == 8  # the model alone, played once, stands for both
 
 
 def test_report_has_the_table_the_ratio_and_the_tests():
