@@ -27,15 +27,7 @@ def with_adapter_alone(results: dict[str, Any]) -> dict[str, Any]:
             continue
         alone = [p["detail"]["adapter_alone"] for p in r["points"] if p["detail"].get("adapter_alone")]
         if alone:
-            extra.append(
-                {
-                    "arm": ADAPTER_ALONE,
-                    "repeat": r["repeat"],
-                    "points": alone,
-                    "test": None,
-                    "done": r.get("done", True),
-                }
-            )
+            extra.append({"arm": ADAPTER_ALONE, "repeat": r["repeat"], "points": alone, "test": None})
     return dict(results, runs=results["runs"] + extra) if extra else results
 
 
