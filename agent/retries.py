@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from crl.agent.app import RunResult, acting_model, loaded_adapter, open_bank, resume_run, start_run
-from crl.agent.config import Settings
+from crl.agent.config import AgentSettings, Settings
 from crl.agent.llm.base import ChatModel
 from crl.agent.preflight import needs_bank, reads_memory
 from crl.agent.runner import Progress, RunnerStats
@@ -97,7 +97,9 @@ def read_memory(info: RunInfo) -> bool:
     snapshot = info.settings or {}
     agent = snapshot.get("agent") or {}
     enabled = (snapshot.get("memory") or {}).get("enabled")
-    return reads_memory(enabled, agent.get("policy", "posterior"), agent.get("memory", "full"))
+    defaults = AgentSettings.model_fields
+    policy, prompt_memory = (agent.get(k, defaults[k].default) for k in ("policy", "memory"))
+    return reads_memory(enabled, policy, prompt_memory)
 
 
 def check_retries(settings: Settings, attempts: int, retry_memory: str = DEFAULT_RETRY_MEMORY) -> None:

@@ -157,16 +157,16 @@ def report(
     for path in files:
         if not path.is_file():
             raise typer.BadParameter(f"{path} does not exist", param_hint="RESULTS")
+    loaded = [(path, load_results(path)) for path in files]
     if merge_into is not None:
-        merged = merge_results([(str(path), load_results(path)) for path in files])
+        merged = merge_results([(str(path), data) for path, data in loaded])
         merge_into.mkdir(parents=True, exist_ok=True)
         target = merge_into / "results.json"
         if target.exists() and target.resolve() not in {p.resolve() for p in files}:
             raise typer.BadParameter(f"{target} exists and is not among the results merged", param_hint="--merge-into")
         target.write_text(json.dumps(merged, indent=1))
-        files = [target]
-    for path in files:
-        data = load_results(path)
+        loaded = [(target, merged)]
+    for path, data in loaded:
         if is_skills_results(data):
             show_skills(data, path.parent, as_json)
             continue
