@@ -16,6 +16,10 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
   on (memory's optimism for untried actions in known states makes a world's attempts differ), and
   the synthesis pass stitches, per world not yet solved, the points gained in different attempts
   into one demonstration, validated by replay (`memory.synthesis.stitch`, by points).
+  With `retries` > 0, phase 1 then plays each (sub-)task's worlds that no attempt has solved yet
+  again, with memory of the earlier attempts, up to `retries` more times (charged to the arm): a
+  sub-skill that no episode of phase 1 reached leaves stitching nothing to compose (repeat 1 of the
+  stop-45 keyroom run: no `door` segment, no stitch).
 - `skills+sft`: `skills`' memory, then an SFT round on its real and synthetic successes
   (synthetic ones weighted by `finetune.synthetic_weight`); the adapter plays with memory; point 3.
   With `sft_rounds` > 1 each further round first plays `collect` (default: `budget`) compound
@@ -88,8 +92,11 @@ class SkillsSpec:
     collect: int = 0
     continue_rounds: bool = False
     round_steps: int = 24
+    retries: int = 0
 
     def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError("retries must be at least 0")
         if self.align < 0:
             raise ValueError("align must be at least 0")
         if self.collect < 0:
@@ -502,13 +509,7 @@ class SkillsExperiment:
         settings.llm.seed = repeat
         model = self.chat_model(settings)
         started = time.monotonic()
-        phase1 = replay = 0
-        plays = [(sub, 1) for sub in self.subtasks] or [(spec.task, spec.attempts)]
-        for task, attempts in plays:
-            for _ in range(attempts):
-                played = start_run(settings, task, spec.phase1, seed_start=repeat * spec.phase1, model=model)
-                phase1 += steps_of(played)
-                replay += replay_steps_of(played)
+        phase1, replay, plays = self._phase1(settings, repeat, model)
         bank = open_bank(settings, actor="skills-experiment")
         try:
             synthesis = synthesize_bank(
@@ -526,6 +527,7 @@ class SkillsExperiment:
             "phase1_steps": phase1,
             "replay_steps": replay,
             "train_steps": 0,
+            "phase1_plays": plays,
             "synthesis": synthesis.report.to_dict(),
         }
         dev = start_run(settings, spec.task, spec.eval_episodes, fold="dev", kind="eval", model=model)
@@ -550,6 +552,34 @@ class SkillsExperiment:
         if spec.test_episodes:
             test = start_run(settings, spec.task, spec.test_episodes, fold="test", kind="eval", model=model)
             run.test = eval_point(test, "compound training", total, "test", detail)
+
+    def _phase1(self, settings: Settings, repeat: int, model: ChatModel) -> tuple[int, int, list[dict[str, Any]]]:
+        """Play phase 1 (see the module's docstring) with memory on.
+
+        Returns:
+            The environment steps played, those its automatic synthesis spent replaying, and one
+            record per play: task, attempt (1-based), worlds played, worlds won.
+        """
+        from crl.agent.app import start_run
+        from crl.tasks.registry import fold_seeds
+
+        spec = self.spec
+        steps = replay = 0
+        plays: list[dict[str, Any]] = []
+        for task, attempts in [(sub, 1) for sub in self.subtasks] or [(spec.task, spec.attempts)]:
+            worlds = fold_seeds(task, "train", spec.phase1, repeat * spec.phase1)
+            solved: set[int] = set()
+            for attempt in range(attempts + spec.retries):
+                seeds = worlds if attempt < attempts else [s for s in worlds if s not in solved]
+                if not seeds:
+                    break
+                played = start_run(settings, task, len(seeds), seeds=seeds, model=model)
+                steps += steps_of(played)
+                replay += replay_steps_of(played)
+                won = {e.seed for e in played.episodes if e.success}
+                solved |= won
+                plays.append({"task": task, "attempt": attempt + 1, "worlds": len(seeds), "won": len(won)})
+        return steps, replay, plays
 
     def _skills_sft(self, run: SkillsRun, repeat: int) -> None:
         from crl.agent.finetuning import evaluate_adapter, finetune_context

@@ -163,11 +163,13 @@ def write_report(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
 
 def phase1_text(spec: dict[str, Any]) -> str:
     """What phase 1 played, in words."""
+    retries = spec.get("retries", 0)
+    again = f", unsolved worlds played again up to {retries} more times" if retries else ""
     if subtasks_of(spec["task"]):
-        return f"{spec['phase1']} episodes of each sub-task"
+        return f"{spec['phase1']} episodes of each sub-task{again}"
     attempts = spec.get("attempts", 1)
     return (
-        f"{attempts} attempts on each of {spec['phase1']} train worlds of the task itself (no sub-tasks), "
+        f"{attempts} attempts on each of {spec['phase1']} train worlds of the task itself (no sub-tasks){again}, "
         "score points of different attempts stitched per world"
     )
 

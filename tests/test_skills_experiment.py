@@ -500,3 +500,47 @@ def test_results_played_in_separate_folders_merge_into_one_report(tmp_path):
 
     refused = CliRunner().invoke(app, ["experiment", "report", str(tmp_path / "a"), "--merge-into", str(out)])
     assert refused.exit_code != 0 and "not among the results merged" in refused.output
+
+
+def test_phase1_retries_play_only_the_worlds_no_attempt_solved_and_charge_their_steps(tmp_path, monkeypatch):
+    """`--phase1-retries N`: each sub-task's unsolved phase-1 worlds are played again, up to N more
+    times, stopping once every world is solved; every step is charged to phase 1."""
+    from types import SimpleNamespace as NS
+
+    import crl.agent.app as app_module
+    from crl.agent.skills_experiment import SkillsExperiment
+    from crl.agent.skills_report import phase1_text
+    from crl.tasks.registry import fold_seeds
+
+    played: list[tuple[str, list[int]]] = []
+    wins = {("keyroom/door", 1): {1}, ("keyroom/door", 2): {0}, ("keyroom/chest", 2): {2}}
+
+    def start_run(settings, task, episodes, seeds=None, model=None, **_):
+        attempt = sum(t == task for t, _ in played) + 1
+        played.append((task, list(seeds)))
+        won = wins.get((task, attempt), {0, 1, 2} if task == "keyroom/key" else set())
+        episodes = [NS(seed=s, success=s % 3 in won, steps=[0] * 5) for s in seeds]
+        return NS(episodes=episodes, info=NS(synthesis={"replay_env_steps": 2}))
+
+    monkeypatch.setattr(app_module, "start_run", start_run)
+    spec = SkillsSpec(arms=["skills"], phase1=3, repeats=2, retries=2)
+    steps, replay, plays = SkillsExperiment(spec, tmp_path)._phase1(NS(), 1, model=None)
+    door = fold_seeds("keyroom/door", "train", 3, 3)
+    assert [(t, len(s)) for t, s in played] == [
+        ("keyroom/key", 3),  # all solved: no retry
+        ("keyroom/door", 3),
+        ("keyroom/door", 2),  # worlds 0 and 2
+        ("keyroom/door", 1),  # world 2
+        ("keyroom/chest", 3),
+        ("keyroom/chest", 3),
+        ("keyroom/chest", 2),  # retries stop at 2 more plays, world 2 solved on the second
+    ]
+    assert played[3][1] == [door[2]]
+    assert steps == 5 * sum(len(s) for _, s in played) and replay == 2 * len(played)
+    assert [p["won"] for p in plays if p["task"] == "keyroom/door"] == [1, 1, 0]
+    assert "played again up to 2 more times" in phase1_text({**spec.__dict__})
+    played.clear()
+    SkillsExperiment(SkillsSpec(phase1=3), tmp_path)._phase1(NS(), 0, None)
+    assert [t for t, _ in played] == ["keyroom/key", "keyroom/door", "keyroom/chest"]  # no retries by default
+    with pytest.raises(ValueError, match="retries"):
+        SkillsSpec(retries=-1)

@@ -206,6 +206,11 @@ def skills(
     attempts: int = typer.Option(
         4, "--attempts", help="Phase 1 of a task without sub-tasks: attempts on each of its --phase1 worlds."
     ),
+    retries: int = typer.Option(
+        0,
+        "--phase1-retries",
+        help="Phase 1: play each (sub-)task's worlds no attempt solved again, up to this many more times (charged).",
+    ),
     budget: int = typer.Option(8, "--budget", help="Phase 2: compound training episodes (skills arms)."),
     eval_episodes: int = typer.Option(16, "--eval-episodes", help="Dev seeds per evaluation (the same for every arm)."),
     test_episodes: int = typer.Option(16, "--test-episodes", help="Test seeds for each arm's final point (0: none)."),
@@ -280,6 +285,7 @@ def skills(
         collect=collect,
         continue_rounds=continue_rounds,
         round_steps=round_steps,
+        retries=retries,
     )
     total = sum(stages(spec, a) * (1 if a == "none" else repeats) for a in arm_list if a in ARMS)
     experiment = SkillsExperiment(spec, out_dir)
