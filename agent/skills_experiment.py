@@ -19,7 +19,8 @@ Arms (all evaluated on the same dev seeds of the compound task, so arms pair see
   With `retries` > 0, phase 1 then plays each (sub-)task's worlds that no attempt has solved yet
   again, with memory of the earlier attempts, up to `retries` more times (charged to the arm): a
   sub-skill that no episode of phase 1 reached leaves stitching nothing to compose (repeat 1 of the
-  stop-45 keyroom run: no `door` segment, no stitch).
+  stop-45 keyroom run: no `door` segment, no stitch). Measured there (`docs/results/phase1-retries`),
+  two retries gave more segments and stitches but no better first point.
 - `skills+sft`: `skills`' memory, then an SFT round on its real and synthetic successes
   (synthetic ones weighted by `finetune.synthetic_weight`); the adapter plays with memory; point 3.
   With `sft_rounds` > 1 each further round first plays `collect` (default: `budget`) compound
