@@ -61,12 +61,15 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
 from crl.agent.config import Settings, load_settings
 from crl.agent.llm.base import ChatModel
+
+if TYPE_CHECKING:
+    from crl.memory.synthesis.report import SynthesisResult
 
 ARMS = ("drrn", "none", "skills", "skills+sft")
 
@@ -501,9 +504,7 @@ class SkillsExperiment:
             run.test = eval_point(test, "model alone", 0, "test", {})
 
     def _skills(self, run: SkillsRun, repeat: int) -> None:
-        from crl.agent.app import open_bank, start_run
-        from crl.memory.synthesis.bank_pass import synthesize_bank
-        from crl.memory.synthesis.task_skills import family_of
+        from crl.agent.app import start_run
 
         spec = self.spec
         settings = arm_settings(spec, "skills", self.home("skills", repeat))
@@ -511,18 +512,7 @@ class SkillsExperiment:
         model = self.chat_model(settings)
         started = time.monotonic()
         phase1, replay, plays = self._phase1(settings, repeat, model)
-        bank = open_bank(settings, actor="skills-experiment")
-        try:
-            synthesis = synthesize_bank(
-                bank,
-                family_of(spec.task),
-                relabel=bool(self.subtasks),
-                stitch_task=spec.task,
-                threshold=settings.synthesis.threshold,
-                max_steps=settings.synthesis.max_steps,
-            )
-        finally:
-            bank.close()
+        synthesis = self._synthesize(settings)
         replay += synthesis.report.replay_env_steps
         detail = {
             "phase1_steps": phase1,
@@ -581,6 +571,26 @@ class SkillsExperiment:
                 solved |= won
                 plays.append({"task": task, "attempt": attempt + 1, "worlds": len(seeds), "won": len(won)})
         return steps, replay, plays
+
+    def _synthesize(self, settings: Settings) -> SynthesisResult:
+        """The synthesis pass after phase 1: relabel sub-task failures (where there are sub-tasks) and
+        stitch the compound task on the worlds played, each stitch validated by replay."""
+        from crl.agent.app import open_bank
+        from crl.memory.synthesis.bank_pass import synthesize_bank
+        from crl.memory.synthesis.task_skills import family_of
+
+        bank = open_bank(settings, actor="skills-experiment")
+        try:
+            return synthesize_bank(
+                bank,
+                family_of(self.spec.task),
+                relabel=bool(self.subtasks),
+                stitch_task=self.spec.task,
+                threshold=settings.synthesis.threshold,
+                max_steps=settings.synthesis.max_steps,
+            )
+        finally:
+            bank.close()
 
     def _skills_sft(self, run: SkillsRun, repeat: int) -> None:
         from crl.agent.finetuning import evaluate_adapter, finetune_context

@@ -538,7 +538,7 @@ def test_phase1_retries_play_only_the_worlds_no_attempt_solved_and_charge_their_
     assert played[3][1] == [door[2]]
     assert steps == 5 * sum(len(s) for _, s in played) and replay == 2 * len(played)
     assert [p["won"] for p in plays if p["task"] == "keyroom/door"] == [1, 1, 0]
-    assert "played again up to 2 more times" in phase1_text({**spec.__dict__})
+    assert "played again up to 2 more times" in phase1_text(spec.__dict__)
     played.clear()
     SkillsExperiment(SkillsSpec(phase1=3), tmp_path)._phase1(NS(), 0, None)
     assert [t for t, _ in played] == ["keyroom/key", "keyroom/door", "keyroom/chest"]  # no retries by default

@@ -14,10 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
-from crl.agent.app import open_bank, start_run
+from crl.agent.app import start_run
 from crl.agent.skills_experiment import SkillsExperiment, SkillsSpec, arm_settings
-from crl.memory.synthesis.bank_pass import synthesize_bank
-from crl.memory.synthesis.task_skills import family_of
 
 
 def main() -> None:
@@ -37,18 +35,7 @@ def main() -> None:
     settings.llm.seed = args.repeat
     model = experiment.chat_model(settings)
     steps, replay, plays = experiment._phase1(settings, args.repeat, model)
-    bank = open_bank(settings, actor="phase1-point")
-    try:
-        synthesis = synthesize_bank(
-            bank,
-            family_of(spec.task),
-            relabel=True,
-            stitch_task=spec.task,
-            threshold=settings.synthesis.threshold,
-            max_steps=settings.synthesis.max_steps,
-        ).report.to_dict()
-    finally:
-        bank.close()
+    synthesis = experiment._synthesize(settings).report.to_dict()
     line = {
         "repeat": args.repeat,
         "retries": args.retries,
