@@ -48,7 +48,8 @@ directory taken then). Run again with more arms or repeats and every other setti
 folder's experiment is extended: its finished arm-repeats are kept, and its spec lists the union.
 Processes playing different arms may share one folder (each saves under a file lock and keeps the
 arm-repeats the others wrote); or play them into folders of their own and combine them with
-`merge_results` (`crl experiment report --merge-into`).
+`merge_results` (`crl experiment report --merge-into`); repeats too, each process starting at its
+own `first_repeat` with the same `repeats` (the train worlds of a repeat depend on both).
 The report (`table.md`, `curve.png`) is `crl.agent.skills_report`.
 """
 
@@ -327,8 +328,12 @@ class SkillsExperiment:
         out_dir: Path,
         model: ChatModel | None = None,
         on_point: Callable[[SkillsRun, SkillsPoint], None] | None = None,
+        first_repeat: int = 0,
     ) -> None:
+        if not 0 <= first_repeat < spec.repeats:
+            raise ValueError(f"the first repeat to play must be from 0 to {spec.repeats - 1} (--repeats {spec.repeats})")
         self.spec = spec
+        self.first_repeat = first_repeat
         self.out_dir = Path(out_dir)
         self.model = model
         self.on_point = on_point
@@ -364,7 +369,7 @@ class SkillsExperiment:
         return sum(
             len(r.points)
             for r in probe.runs
-            if r.arm in self.spec.arms and r.repeat < self.spec.repeats and probe.resumable(r)
+            if r.arm in self.spec.arms and self.first_repeat <= r.repeat < self.spec.repeats and probe.resumable(r)
         )
 
     def resumable(self, run: SkillsRun) -> bool:
@@ -437,10 +442,11 @@ class SkillsExperiment:
     # ---- the experiment ------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        """Play every arm and repeat not finished yet, a whole repeat before the next (a run cut short
-        still pairs every arm on its finished repeats); write the report; return the results."""
+        """Play every arm and repeat not finished yet (from `first_repeat` on), a whole repeat before the
+        next (a run cut short still pairs every arm on its finished repeats); write the report; return
+        the results."""
         self.load()
-        for repeat in range(self.spec.repeats):
+        for repeat in range(self.first_repeat, self.spec.repeats):
             for arm in self.spec.arms:
                 if arm == "none" and repeat and self.deterministic_none():
                     continue

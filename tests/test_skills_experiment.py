@@ -465,6 +465,42 @@ def test_processes_playing_different_arms_in_one_folder_keep_each_others_points(
     assert data["spec"]["arms"] == ["drrn", "skills"]
 
 
+def test_repeats_played_in_separate_folders_from_a_first_repeat_merge_into_the_whole_experiment(tmp_path, monkeypatch):
+    from crl.agent.skills_experiment import SkillsExperiment, SkillsPoint, merge_results
+
+    played: list[tuple[str, int]] = []
+
+    def arm(name):
+        def play(self, run, repeat):
+            played.append((name, repeat))
+            self.add(run, SkillsPoint(name, 10 * (repeat + 1), 1, 2), 0.0)
+
+        return play
+
+    for name in ("none", "skills"):
+        monkeypatch.setattr(SkillsExperiment, "_" + name, arm(name))
+    monkeypatch.setattr("crl.agent.skills_report.write_report", lambda *a: None)
+    spec = SkillsSpec(arms=["none", "skills"], repeats=3, eval_episodes=2, test_episodes=0, phase1=4)
+
+    later = SkillsExperiment(spec, tmp_path / "later", first_repeat=1).run()
+    assert played == [("skills", 1), ("skills", 2)]  # the model alone's one run is repeat 0's
+    first = SkillsExperiment(spec, tmp_path / "first").run()
+    assert played[2:] == [("none", 0), ("skills", 0), ("skills", 1), ("skills", 2)]
+    assert SkillsExperiment(spec, tmp_path / "later", first_repeat=1).kept_points() == 2
+    assert SkillsExperiment(spec, tmp_path / "first", first_repeat=2).kept_points() == 1
+
+    part = dict(first, runs=[r for r in first["runs"] if r["repeat"] == 0])
+    merged = merge_results([("first", part), ("later", later)])
+    assert sorted((r["arm"], r["repeat"]) for r in merged["runs"]) == [
+        ("none", 0),
+        ("skills", 0),
+        ("skills", 1),
+        ("skills", 2),
+    ]
+    with pytest.raises(ValueError, match="from 0 to 2"):
+        SkillsExperiment(spec, tmp_path, first_repeat=3)
+
+
 def test_results_played_in_separate_folders_merge_into_one_report(tmp_path):
     from crl.agent.skills_experiment import merge_results
 

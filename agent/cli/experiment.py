@@ -215,6 +215,12 @@ def skills(
     eval_episodes: int = typer.Option(16, "--eval-episodes", help="Dev seeds per evaluation (the same for every arm)."),
     test_episodes: int = typer.Option(16, "--test-episodes", help="Test seeds for each arm's final point (0: none)."),
     repeats: int = typer.Option(3, "--repeats", help="Repeats per arm (each with its own train seeds and memory)."),
+    first_repeat: int = typer.Option(
+        0,
+        "--first-repeat",
+        help="Play repeats from this one (0-based) on, leaving earlier ones to another --out folder "
+        "(combine them with `crl experiment report --merge-into`).",
+    ),
     drrn_steps: int = typer.Option(12_000, "--drrn-steps", help="The from-scratch learner's environment steps."),
     drrn_eval_every: int = typer.Option(2_000, "--drrn-eval-every", help="Its evaluation interval, in steps."),
     sft_epochs: int = typer.Option(3, "--sft-epochs", help="Epochs of the skills+sft arm's SFT round."),
@@ -287,8 +293,9 @@ def skills(
         round_steps=round_steps,
         retries=retries,
     )
-    total = sum(stages(spec, a) * (1 if a == "none" else repeats) for a in arm_list if a in ARMS)
-    experiment = SkillsExperiment(spec, out_dir)
+    experiment = SkillsExperiment(spec, out_dir, first_repeat=first_repeat)
+    played = repeats - first_repeat
+    total = sum(stages(spec, a) * (int(first_repeat == 0) if a == "none" else played) for a in arm_list if a in ARMS)
     with EpisodeProgress(total, err, initial=experiment.kept_points(), description=f"skills {task}") as progress:
         experiment.on_point = lambda run, point: progress.point_done(run.arm, point.rate)
         results = experiment.run()
