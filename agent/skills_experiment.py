@@ -331,7 +331,9 @@ class SkillsExperiment:
         first_repeat: int = 0,
     ) -> None:
         if not 0 <= first_repeat < spec.repeats:
-            raise ValueError(f"the first repeat to play must be from 0 to {spec.repeats - 1} (--repeats {spec.repeats})")
+            raise ValueError(
+                f"the first repeat to play must be from 0 to {spec.repeats - 1} (--repeats {spec.repeats})"
+            )
         self.spec = spec
         self.first_repeat = first_repeat
         self.out_dir = Path(out_dir)
