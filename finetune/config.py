@@ -195,6 +195,12 @@ class FinetuneConfig(BaseModel):
     )
     seed: int = Field(0, description="Seed of weight init, dropout and data order (resumes reproduce it).")
     device: str = Field("auto", description="auto (CUDA when available), cpu or cuda.")
+    one_at_a_time: bool = Field(
+        True,
+        description="Wait for any other local training on this machine to finish before starting (an OS lock, "
+        "`~/.cache/crl/locks/train.lock`): on CPU one training of even the 135M model peaks at 10-14 GB, and two "
+        "at once can get killed for memory. A distributed launch never waits.",
+    )
 
     # ---- promotion gate --------------------------------------------------------------------
     gate_episodes: int = Field(20, ge=1, description="Dev-fold episodes per task when gating an adapter.")

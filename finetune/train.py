@@ -316,15 +316,22 @@ def run_training(
         TrainingDiverged: NaN/inf loss or gradients, or all-zero gradients.
         EmptyLossMaskError: an example has nothing to learn from.
     """
-    from transformers.trainer_utils import get_last_checkpoint
-
-    from crl.finetune.distributed import is_main_process
-    from crl.finetune.guards import StopAfterSteps
+    from crl.finetune.distributed import is_main_process, num_processes
+    from crl.finetune.train_slot import training_slot
 
     work_dir = Path(work_dir)
-    checkpoints = work_dir / CHECKPOINTS_DIR
     if is_main_process():
         job.save(work_dir)  # first, so a job killed at any point can be resumed
+    with training_slot(job.finetune.one_at_a_time and num_processes() == 1):
+        return _train(job, work_dir, resume, stop_after_steps, progress)
+
+
+def _train(job: TrainJob, work_dir: Path, resume: bool, stop_after_steps: int | None, progress: bool) -> TrainResult:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from crl.finetune.guards import StopAfterSteps
+
+    checkpoints = work_dir / CHECKPOINTS_DIR
     stopper = StopAfterSteps(stop_after_steps) if stop_after_steps else None
     trainer = build_trainer(job, work_dir, progress, [stopper] if stopper else [])
     last = get_last_checkpoint(str(checkpoints)) if resume and checkpoints.is_dir() else None
