@@ -317,13 +317,16 @@ def run_training(
         EmptyLossMaskError: an example has nothing to learn from.
     """
     from crl.finetune.distributed import is_main_process, num_processes
-    from crl.finetune.train_slot import training_slot
+    from crl.finetune.train_slot import return_freed_memory, training_slot
 
     work_dir = Path(work_dir)
     if is_main_process():
         job.save(work_dir)  # first, so a job killed at any point can be resumed
     with training_slot(job.finetune.one_at_a_time and num_processes() == 1):
-        return _train(job, work_dir, resume, stop_after_steps, progress)
+        try:
+            return _train(job, work_dir, resume, stop_after_steps, progress)
+        finally:
+            return_freed_memory()
 
 
 def _train(job: TrainJob, work_dir: Path, resume: bool, stop_after_steps: int | None, progress: bool) -> TrainResult:

@@ -6,10 +6,16 @@ process, gets one of them killed for memory, losing the work of every stage befo
 training therefore holds an OS file lock under the machine cache (`~/.cache/crl/locks/train.lock`),
 released however its process ends; a second one waits, saying for whom, and then starts.
 A distributed launch (several processes of one job) never waits: its ranks train together.
+
+A finished training also hands its freed heap back to the OS (`return_freed_memory`): glibc keeps
+the freed pages of a training in the process, so an experiment that trains in-process went on
+holding them through every later stage (measured: 11.1 GB RSS, 2.1 GB after `malloc_trim`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import socket
 import sys
@@ -69,3 +75,18 @@ def training_slot(
         yield
     finally:
         lock.release()
+
+
+def return_freed_memory() -> bool:
+    """Collect garbage and hand the heap's free pages back to the OS (glibc's `malloc_trim`).
+
+    Returns:
+        Whether memory was returned (False where there is no glibc, or nothing to return).
+    """
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

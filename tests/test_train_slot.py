@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -9,7 +10,7 @@ import time
 import pytest
 from filelock import FileLock, Timeout
 
-from crl.finetune.train_slot import training_slot
+from crl.finetune.train_slot import return_freed_memory, training_slot
 
 HOLDER = """
 import sys, time
@@ -73,8 +74,24 @@ def test_run_training_trains_inside_the_slot_unless_the_config_says_otherwise(tm
             held.append(True)
 
     monkeypatch.setattr(train_mod, "_train", fake_train)
+    trimmed: list[bool] = []
+    monkeypatch.setattr("crl.finetune.train_slot.return_freed_memory", lambda: trimmed.append(True))
     for one_at_a_time in (True, False):
         config = FinetuneConfig(one_at_a_time=one_at_a_time).model_dump()
         job = train_mod.TrainJob("job", "sft", str(tmp_path), "base", str(tmp_path), config)
         train_mod.run_training(job, tmp_path / f"work-{one_at_a_time}")
-    assert held == [True, False]
+    assert held == [True, False] and trimmed == [True, True]
+
+
+def _rss_mb() -> int:
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_freed_heap_goes_back_to_the_os_after_a_training():
+    chunks = [bytes(4096) for _ in range(100_000)]
+    kept = chunks[::50]  # scattered survivors keep the heap from shrinking by itself
+    del chunks
+    held = _rss_mb()
+    assert return_freed_memory()
+    assert _rss_mb() < held - 200 and len(kept) == 2000
