@@ -399,7 +399,8 @@ def test_continued_rounds_train_the_last_adapter_on_the_compound_tasks_wins(tmp_
         SkillsSpec(round_steps=0)
 
 
-def test_running_again_with_more_repeats_or_arms_extends_the_experiment_and_keeps_what_it_played(tmp_path, monkeypatch):
+def scripted_arms(monkeypatch, names: tuple[str, ...]) -> list[tuple[str, int]]:
+    """Replace the named arms with one point each; the (arm, repeat)s they play, in order."""
     from crl.agent.skills_experiment import SkillsExperiment, SkillsPoint
 
     played: list[tuple[str, int]] = []
@@ -411,9 +412,16 @@ def test_running_again_with_more_repeats_or_arms_extends_the_experiment_and_keep
 
         return play
 
-    for name in ("none", "skills", "drrn"):
+    for name in names:
         monkeypatch.setattr(SkillsExperiment, "_" + name, arm(name))
     monkeypatch.setattr("crl.agent.skills_report.write_report", lambda *a: None)
+    return played
+
+
+def test_running_again_with_more_repeats_or_arms_extends_the_experiment_and_keeps_what_it_played(tmp_path, monkeypatch):
+    from crl.agent.skills_experiment import SkillsExperiment
+
+    played = scripted_arms(monkeypatch, ("none", "skills", "drrn"))
     small = dict(eval_episodes=2, test_episodes=0, phase1=4)
 
     SkillsExperiment(SkillsSpec(arms=["none", "skills"], repeats=1, **small), tmp_path).run()
@@ -466,20 +474,9 @@ def test_processes_playing_different_arms_in_one_folder_keep_each_others_points(
 
 
 def test_repeats_played_in_separate_folders_from_a_first_repeat_merge_into_the_whole_experiment(tmp_path, monkeypatch):
-    from crl.agent.skills_experiment import SkillsExperiment, SkillsPoint, merge_results
+    from crl.agent.skills_experiment import SkillsExperiment, merge_results
 
-    played: list[tuple[str, int]] = []
-
-    def arm(name):
-        def play(self, run, repeat):
-            played.append((name, repeat))
-            self.add(run, SkillsPoint(name, 10 * (repeat + 1), 1, 2), 0.0)
-
-        return play
-
-    for name in ("none", "skills"):
-        monkeypatch.setattr(SkillsExperiment, "_" + name, arm(name))
-    monkeypatch.setattr("crl.agent.skills_report.write_report", lambda *a: None)
+    played = scripted_arms(monkeypatch, ("none", "skills"))
     spec = SkillsSpec(arms=["none", "skills"], repeats=3, eval_episodes=2, test_episodes=0, phase1=4)
 
     later = SkillsExperiment(spec, tmp_path / "later", first_repeat=1).run()
