@@ -1,7 +1,6 @@
 #!/bin/bash
-source /work/runs/wt20/.venv/bin/activate
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 ANONYMIZED_TELEMETRY=False CRL_THREADS=1 CRL_LLM__DTYPE=bf16 CRL_RETRIEVAL__EC_LOOP_ERASURE=true
-cd /work/runs/le
+# Repeat 0's round-1 snapshot (A/skills-sft/repeat-0-after-1) copied to homeA; only the credit flag differs
+# from the run's own dev evaluation. compare.py pairs the result with the run's evaluations (paths of stop 47).
+export HF_HUB_OFFLINE=1 CRL_THREADS=1 CRL_LLM__DTYPE=bf16 CRL_RETRIEVAL__EC_LOOP_ERASURE=true
 crl --home homeA eval 'twx/twc?numLocations=1&numItemsToPutAway=2' --fold dev -n 32 -k 8 --policy posterior \
-  --adapter sft-20261206-014628-d56b --max-steps 10 --json > evalA.json 2> evalA.log
-echo EXIT $? >> evalA.log
+  --adapter sft-20261206-014628-d56b --max-steps 10 --json > eval-loop-erased.json
