@@ -7,7 +7,7 @@ import time
 import typer
 from rich.text import Text
 
-from crl.agent.cli.common import Col, JsonOpt, command, effective_settings, emit, out
+from crl.agent.cli.common import Col, JsonOpt, command, effective_settings, emit, fitted_table, out
 
 app = typer.Typer()
 
@@ -146,3 +146,89 @@ def explain(
         raise ValueError(f"episode {episode} has no step {step} (it has {len(ep.steps)})")
     data = [explain_step(s) for s in ep.steps if step is None or s.index == step] if as_json else None
     emit(data, as_json, lambda: render_explanation(out, ep, step))
+
+
+def load_compared_run(ref: str):
+    """`LABEL=RUN` or `RUN` as a `RunOutcomes`: RUN is a run id of this home (`crl runs`), or the
+    folder of a run in any home (`OTHER/.crl/evals/RUN_ID`)."""
+    from pathlib import Path
+
+    from crl.agent.run_compare import run_outcomes
+    from crl.agent.runs import RUN_FILE, RunStore, find_run, run_stores
+
+    label, sep, target = ref.partition("=")
+    if not sep or "/" in label:
+        label, target = "", ref
+    if not target:
+        raise ValueError(f"{ref!r} names no run: give a run id (see `crl runs`) or a run's folder")
+    folder = Path(target).expanduser()
+    if (folder / RUN_FILE).is_file():
+        store, run_id = RunStore(folder.resolve().parent), folder.resolve().name
+    elif "/" in target or folder.exists():
+        raise FileNotFoundError(f"{target} is not a run's folder (it has no {RUN_FILE})")
+    else:
+        store, run_id = find_run(run_stores(effective_settings()), target), target
+    info = store.load(run_id)
+    return run_outcomes(label or run_id, run_id, info.task, info.model, info.kind, store.episodes(run_id))
+
+
+def _rate(row: dict) -> str:
+    lo, hi = row["ci95"]
+    return f"{row['success_rate']:.0%} ({lo:.0%}-{hi:.0%})"
+
+
+def _p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.3g}"
+
+
+COMPARED_RUN_COLUMNS = [
+    Col("label"),
+    Col("seeds", right=True),
+    Col("successes", "won", right=True),
+    Col("success", "success (95%)", right=True),
+    Col("mean_points", "mean points", right=True, drop=2, fmt=lambda m: f"{m:.2f}"),
+    Col("model", drop=3),
+    Col("run_id", "run", drop=1),
+]
+PAIR_COLUMNS = [
+    Col("a"),
+    Col("b"),
+    Col("seeds", "paired seeds", right=True),
+    Col("a_only", "only a won", right=True),
+    Col("b_only", "only b won", right=True),
+    Col("p_two_sided", "McNemar p", right=True, fmt=_p),
+    Col("p_a_better", "p (a better)", right=True, drop=1, fmt=_p),
+]
+
+
+@command(app)
+def compare(
+    runs: list[str] = typer.Argument(
+        ..., help="Two or more runs: a run id (see `crl runs`) or a run's folder, optionally named LABEL=RUN."
+    ),
+    all_pairs: bool = typer.Option(False, "--all-pairs", help="Test every pair, not only each run against the first."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Runs played on the same seeds, seed by seed: success with a 95% interval, and paired McNemar tests."""
+    from rich.console import Group
+
+    from crl.agent.run_compare import compare_runs
+
+    result = compare_runs([load_compared_run(ref) for ref in runs], all_pairs=all_pairs)
+
+    def render():
+        rows = [r | {"success": _rate(r)} for r in result["runs"]]
+        left_out = [
+            f"{r['label']}: {r['errored']} errored and {r['unfinished']} unfinished episodes left out"
+            for r in result["runs"]
+            if r["errored"] or r["unfinished"]
+        ]
+        unpaired = [f"{p['a']} and {p['b']} share no seed" for p in result["pairs"] if not p["seeds"]]
+        runs_table = fitted_table(
+            rows, COMPARED_RUN_COLUMNS, out.width, f"{result['task']}: runs", "; ".join(left_out) or None
+        )
+        pairs_title = "paired on the seeds both finished"
+        pairs = fitted_table(result["pairs"], PAIR_COLUMNS, out.width, pairs_title, "; ".join(unpaired) or None)
+        return Group(runs_table, pairs)
+
+    emit(result, as_json, render)
