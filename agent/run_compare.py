@@ -45,7 +45,8 @@ class RunOutcomes:
         return sum(self.outcomes.values())
 
     def summary(self) -> dict[str, Any]:
-        """The run's row: seeds finished, successes, success rate with its 95% interval, mean points."""
+        """The run's row: seeds finished, successes, success rate with its 95% interval, mean points,
+        and the outcome per seed (for pooling runs of several repeats)."""
         n = len(self.outcomes)
         lo, hi = wilson_interval(self.successes, n) if n else (0.0, 0.0)
         row = {k: v for k, v in asdict(self).items() if k not in ("outcomes", "points")}
@@ -55,6 +56,7 @@ class RunOutcomes:
             "success_rate": self.successes / n if n else 0.0,
             "ci95": [lo, hi],
             "mean_points": sum(self.points.values()) / n if n else 0.0,
+            "outcomes": {str(seed): won for seed, won in sorted(self.outcomes.items())},
         }
 
 

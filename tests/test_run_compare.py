@@ -56,6 +56,7 @@ def test_a_seed_counts_with_its_first_finished_episode_and_errors_count_for_neit
     assert (run.errored, run.unfinished) == (1, 1)
     row = run.summary()
     assert row["seeds"] == 2 and row["successes"] == 1 and row["mean_points"] == 1.5
+    assert row["outcomes"] == {"7": True, "10": False}
     assert 0 < row["ci95"][0] < 0.5 < row["ci95"][1] < 1
 
 
