@@ -6,6 +6,10 @@ with --full, one whole epoch) and scores each adapter on held-out examples.
 
     python -m bench.finetune_bench [--examples 300] [--steps 12] [--settings fp32,bf16-autocast,fp32+ckpt] [--heldout 16] [--full]
 
+Peak RSS is the process's: for memory figures, one setting and one batch layout per invocation
+(`--settings bf16-autocast --batch-size 1 --accumulation 8`), optionally on an existing SFT dataset
+(`--dataset DIR`).
+
 Expert iteration (--expert-iteration): the embedded model collects train-fold episodes with
 memory on (--policy posterior, the default, or the older mixed), an SFT round trains on the successes, then a DPO round on top of
 the promoted adapter; dev-fold success with and without memory is reported before and after
@@ -395,7 +399,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=300)
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps per setting for the speed comparison")
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=8, help="examples per micro-step")
+    ap.add_argument("--accumulation", type=int, default=1, help="micro-steps per optimizer step")
+    ap.add_argument(
+        "--dataset",
+        type=Path,
+        help="train on this SFT dataset folder (e.g. one an experiment built) instead of solver demonstrations",
+    )
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--settings", default="fp32,bf16-autocast,fp32+ckpt")
     ap.add_argument("--full", action="store_true", help="also train one full epoch over all examples (fastest setting)")
@@ -494,7 +504,7 @@ def main() -> None:
     base = embedded_model_path(models_dir)
     config = FinetuneConfig(
         batch_size=args.batch_size,
-        gradient_accumulation=1,
+        gradient_accumulation=args.accumulation,
         lora_rank=args.rank,
         lora_alpha=2 * args.rank,
         logging_steps=1,
@@ -503,11 +513,13 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         home = Path(args.workdir or scratch)
-        built = home / "datasets" / "bench-sft"
+        built = args.dataset or home / "datasets" / "bench-sft"
         if not (built / "card.json").is_file():
+            if args.dataset:
+                raise SystemExit(f"{args.dataset} is not a dataset folder (it has no card.json)")
             shutil.rmtree(home, ignore_errors=True)
             sft_dataset(home, args.examples, models_dir, config)
-        dataset = _trim(built, args.examples, home)
+        dataset = args.dataset or _trim(built, args.examples, home)
         all_rows = [json.loads(line) for line in (built / "data.jsonl").read_text().splitlines()]
         heldout = all_rows[-args.heldout :] if args.heldout else []
         if args.heldout and len(all_rows) - args.heldout < args.steps * args.batch_size:

@@ -132,11 +132,12 @@ def _checkpointing_arg() -> str:
     return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
 
 
-def planned_steps(cfg: FinetuneConfig, examples: int, processes: int = 1) -> int:
+def planned_steps(cfg: FinetuneConfig, examples: int, processes: int = 1, device: str = "cpu") -> int:
     """Optimizer steps a round will run: `max_steps`, or `epochs` passes over `examples`."""
     if cfg.max_steps > 0:
         return cfg.max_steps
-    per_step = cfg.batch_size * cfg.gradient_accumulation * max(1, processes)
+    batch, accumulation = cfg.batch_layout(device)
+    per_step = batch * accumulation * max(1, processes)
     return max(1, math.ceil(cfg.epochs * math.ceil(examples / per_step)))
 
 
@@ -152,13 +153,14 @@ def _common_args(
     from crl.finetune.distributed import num_processes
 
     on_cpu = device == "cpu"
-    steps = planned_steps(cfg, examples, num_processes())
+    steps = planned_steps(cfg, examples, num_processes(), device)
+    batch, accumulation = cfg.batch_layout(device)
     return dict(
         output_dir=str(work_dir / CHECKPOINTS_DIR),
         num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accumulation,
         warmup_steps=cfg.warmup_ratio,
         logging_steps=logging_interval(cfg, steps),
         logging_nan_inf_filter=False,  # a NaN must reach the guard, not be averaged away

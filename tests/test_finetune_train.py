@@ -64,6 +64,16 @@ def test_guard_aborts_on_nan_and_zero_gradients_and_nan_loss():
         guard.on_log(_Args(), _State(), None, logs={"loss": float("nan")})
 
 
+def test_unset_batch_layout_trains_one_example_at_a_time_on_cpu_and_keeps_eight_per_step():
+    unset = FinetuneConfig()
+    assert unset.batch_layout("cpu") == (1, 8) and unset.batch_layout("cuda") == (4, 2)
+    assert FinetuneConfig(batch_size=2).batch_layout("cpu") == (2, 4)
+    assert FinetuneConfig(batch_size=16).batch_layout("cuda") == (16, 1)
+    assert FinetuneConfig(gradient_accumulation=3).batch_layout("cpu") == (1, 3)
+    assert planned_steps(FinetuneConfig(epochs=1), examples=48) == 6
+    assert planned_steps(FinetuneConfig(epochs=1, batch_size=8), examples=48, device="cuda") == 6
+
+
 def test_short_rounds_log_their_loss_at_least_four_times():
     cfg = FinetuneConfig(epochs=1, batch_size=8, gradient_accumulation=1, logging_steps=5)
     assert planned_steps(cfg, examples=48) == 6

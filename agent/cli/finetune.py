@@ -231,7 +231,11 @@ AlphaOpt = typer.Option(None, "--alpha", help="LoRA alpha.")
 TargetsOpt = typer.Option(None, "--target-modules", help="Comma-separated module names, or all-linear.")
 MaxLenOpt = typer.Option(None, "--max-length", help="Longest example in tokens.")
 MaxStepsOpt = typer.Option(None, "--max-steps", help="Optimizer steps (overrides --epochs).")
-BatchOpt = typer.Option(None, "--batch-size", help="Examples per optimizer step on each process.")
+BatchOpt = typer.Option(
+    None,
+    "--batch-size",
+    help="Examples per micro-step on each process (default 1 on CPU, 4 on CUDA); micro-steps add up to 8 examples per optimizer step.",
+)
 
 
 @command(finetune_app, "sft")
