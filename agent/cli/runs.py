@@ -1,4 +1,4 @@
-"""`crl runs`, `crl show` and `crl explain`: what past runs did, and why."""
+"""`crl runs`, `crl show`, `crl explain` and `crl compare`: what past runs did, why, and how runs on the same seeds differ."""
 
 from __future__ import annotations
 
