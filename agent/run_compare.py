@@ -4,39 +4,44 @@ Two settings judged on the same seeds differ on fewer seeds than their success r
 only those seeds (won by one, lost by the other) carry evidence. Each run gives its outcome per
 seed; each pair of runs gets an exact McNemar test on the seeds both finished, with the counts of
 seeds only one of them won. A seed a run played more than once (retries) counts with its first
-finished episode; episodes that ended in an environment error count for neither side.
+finished episode; episodes that ended in an environment error count for neither side. Several runs
+of one setting (repeats, each with its own bank or adapter) pool under one label: the i-th run of
+one label pairs with the i-th of another, seed by seed.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import combinations
 from typing import Any
 
 from crl.memory.trajectory import Episode
 from crl.tasks.evaluation import discordant, mcnemar_p, wilson_interval
 
+Key = tuple[int, int]
+"""(repeat, seed): a run's place among the runs pooled under one label (0 for a single run), and the seed."""
+
 
 @dataclass
 class RunOutcomes:
-    """One run's outcome per seed.
+    """The outcome per seed of one run, or of several runs pooled as repeats under one label.
 
     Attributes:
         label: the name it is shown under (its run id unless the user named it).
-        run_id / task / model / kind: from its `run.json`.
-        outcomes: seed -> whether its first finished episode on that seed succeeded.
-        points: seed -> sub-goals that episode reached (score points on TextWorldExpress).
+        run_ids / task / model / kind: from the runs' `run.json` (the models of pooled runs joined).
+        outcomes: (repeat, seed) -> whether its first finished episode on that seed succeeded.
+        points: (repeat, seed) -> sub-goals that episode reached (score points on TextWorldExpress).
         errored: episodes that ended in an environment error (left out).
         unfinished: episodes still running, or cut by a crash (left out).
     """
 
     label: str
-    run_id: str
+    run_ids: list[str]
     task: str
     model: str
     kind: str
-    outcomes: dict[int, bool] = field(default_factory=dict)
-    points: dict[int, int] = field(default_factory=dict)
+    outcomes: dict[Key, bool] = field(default_factory=dict)
+    points: dict[Key, int] = field(default_factory=dict)
     errored: int = 0
     unfinished: int = 0
 
@@ -45,38 +50,60 @@ class RunOutcomes:
         return sum(self.outcomes.values())
 
     def summary(self) -> dict[str, Any]:
-        """The run's row: seeds finished, successes, success rate with its 95% interval, mean points,
-        and the outcome per seed (for pooling runs of several repeats)."""
+        """The row: seeds finished, successes, success rate with its 95% interval, mean points, and
+        the outcome per seed (`"seed"`, or `"repeat:seed"` for pooled runs)."""
         n = len(self.outcomes)
         lo, hi = wilson_interval(self.successes, n) if n else (0.0, 0.0)
         row = {k: v for k, v in asdict(self).items() if k not in ("outcomes", "points")}
+        pooled = len(self.run_ids) > 1
         return row | {
+            "run_id": ", ".join(self.run_ids),
             "seeds": n,
             "successes": self.successes,
             "success_rate": self.successes / n if n else 0.0,
             "ci95": [lo, hi],
             "mean_points": sum(self.points.values()) / n if n else 0.0,
-            "outcomes": {str(seed): won for seed, won in sorted(self.outcomes.items())},
+            "outcomes": {
+                (f"{repeat}:{seed}" if pooled else str(seed)): won
+                for (repeat, seed), won in sorted(self.outcomes.items())
+            },
         }
 
 
 def run_outcomes(label: str, run_id: str, task: str, model: str, kind: str, episodes: list[Episode]) -> RunOutcomes:
     """`episodes` of one run reduced to one outcome per seed (its first finished episode there)."""
-    run = RunOutcomes(label, run_id, task, model, kind)
+    run = RunOutcomes(label, [run_id], task, model, kind)
     for episode in sorted(episodes, key=lambda e: e.episode_id):
         if not episode.finished:
             run.unfinished += 1
         elif episode.status == "error":
             run.errored += 1
-        elif episode.seed not in run.outcomes:
-            run.outcomes[episode.seed] = bool(episode.success)
-            run.points[episode.seed] = sum(1 for reached in episode.subgoals.values() if reached)
+        elif (0, episode.seed) not in run.outcomes:
+            run.outcomes[(0, episode.seed)] = bool(episode.success)
+            run.points[(0, episode.seed)] = sum(1 for reached in episode.subgoals.values() if reached)
     return run
 
 
+def pooled(label: str, runs: list[RunOutcomes]) -> RunOutcomes:
+    """Several runs of one setting (repeats: other banks, adapters or train seeds) as one row; run i
+    is repeat i, and pairs with the i-th run of another label."""
+    if len(runs) == 1:
+        return replace(runs[0], label=label)
+    check_same_task(runs)
+    models = list(dict.fromkeys(r.model for r in runs))
+    out = RunOutcomes(label, [i for r in runs for i in r.run_ids], runs[0].task, ", ".join(models), runs[0].kind)
+    for repeat, run in enumerate(runs):
+        out.outcomes |= {(repeat, seed): won for (_, seed), won in run.outcomes.items()}
+        out.points |= {(repeat, seed): n for (_, seed), n in run.points.items()}
+        out.errored += run.errored
+        out.unfinished += run.unfinished
+    return out
+
+
 def pair(a: RunOutcomes, b: RunOutcomes) -> dict[str, Any]:
-    """`a` against `b` on the seeds both finished: each one's wins there, the seeds only one won,
-    the difference in success rate, and exact McNemar p-values (two-sided, and "a is better")."""
+    """`a` against `b` on the (repeat, seed) pairs both finished: each one's wins there, the seeds
+    only one won, the difference in success rate, and exact McNemar p-values (two-sided, and "a is
+    better")."""
     seeds = sorted(set(a.outcomes) & set(b.outcomes))
     xa = [a.outcomes[s] for s in seeds]
     xb = [b.outcomes[s] for s in seeds]
@@ -100,7 +127,7 @@ def check_same_task(runs: list[RunOutcomes]) -> None:
     compares nothing."""
     tasks = {r.task for r in runs}
     if len(tasks) > 1:
-        listed = ", ".join(f"{r.label}: {r.task}" for r in runs)
+        listed = ", ".join(f"{r.label or r.run_ids[0]}: {r.task}" for r in runs)
         raise ValueError(f"the runs play different tasks, so their seeds are different worlds ({listed})")
 
 

@@ -149,18 +149,27 @@ def explain(
 
 
 def load_compared_run(ref: str):
-    """`LABEL=RUN` or `RUN` as a `RunOutcomes`: RUN is a run id of this home (`crl runs`), or the
-    folder of a run in any home (`OTHER/.crl/evals/RUN_ID`)."""
+    """`LABEL=RUN[,RUN...]` or `RUN[,RUN...]` as one `RunOutcomes` (several runs pool as repeats). A
+    RUN is a run id of this home (`crl runs`), or the folder of a run in any home
+    (`OTHER/.crl/evals/RUN_ID`)."""
+    from crl.agent.run_compare import pooled
+
+    label, sep, targets = ref.partition("=")
+    if not sep or "/" in label:
+        label, targets = "", ref
+    names = [t.strip() for t in targets.split(",")]
+    if not all(names):
+        raise ValueError(f"{ref!r} names no run: give run ids (see `crl runs`) or runs' folders, comma-separated")
+    runs = [_compared_run(name) for name in names]
+    return pooled(label or ",".join(r.run_ids[0] for r in runs), runs)
+
+
+def _compared_run(target: str):
     from pathlib import Path
 
     from crl.agent.run_compare import run_outcomes
     from crl.agent.runs import RUN_FILE, RunStore, find_run, run_stores
 
-    label, sep, target = ref.partition("=")
-    if not sep or "/" in label:
-        label, target = "", ref
-    if not target:
-        raise ValueError(f"{ref!r} names no run: give a run id (see `crl runs`) or a run's folder")
     folder = Path(target).expanduser()
     if (folder / RUN_FILE).is_file():
         store, run_id = RunStore(folder.resolve().parent), folder.resolve().name
@@ -169,7 +178,7 @@ def load_compared_run(ref: str):
     else:
         store, run_id = find_run(run_stores(effective_settings()), target), target
     info = store.load(run_id)
-    return run_outcomes(label or run_id, run_id, info.task, info.model, info.kind, store.episodes(run_id))
+    return run_outcomes(run_id, run_id, info.task, info.model, info.kind, store.episodes(run_id))
 
 
 def _rate(row: dict) -> str:
@@ -204,7 +213,9 @@ PAIR_COLUMNS = [
 @command(app)
 def compare(
     runs: list[str] = typer.Argument(
-        ..., help="Two or more runs: a run id (see `crl runs`) or a run's folder, optionally named LABEL=RUN."
+        ...,
+        help="Two or more runs: a run id (see `crl runs`) or a run's folder, optionally named LABEL=RUN; "
+        "LABEL=RUN,RUN,... pools a setting's repeats (paired in order with another label's).",
     ),
     all_pairs: bool = typer.Option(False, "--all-pairs", help="Test every pair, not only each run against the first."),
     as_json: bool = JsonOpt,
