@@ -522,7 +522,7 @@ def main() -> None:
         dataset = args.dataset or _trim(built, args.examples, home)
         all_rows = [json.loads(line) for line in (built / "data.jsonl").read_text().splitlines()]
         heldout = all_rows[-args.heldout :] if args.heldout else []
-        if args.heldout and len(all_rows) - args.heldout < args.steps * args.batch_size:
+        if args.heldout and len(all_rows) - args.heldout < args.steps * args.batch_size * args.accumulation:
             raise SystemExit("not enough examples to hold some out; lower --heldout or --steps")
         for setting in args.settings.split(","):
             precision, _, ckpt = setting.partition("+")
