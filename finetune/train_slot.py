@@ -1,8 +1,9 @@
 """One local training at a time per machine.
 
-On CPU even the 135M model's LoRA training peaks at 10-14 GB (the logits of a batch of ~1k-token
-prompts over a 49k vocabulary), so a second training started beside the first, by another `crl`
-process, gets one of them killed for memory, losing the work of every stage before it. Each
+On CPU even the 135M model's LoRA training peaks at several GB (4.7 GB one example per micro-step
+on ~900-token prompts, 12.6 GB at four: the activations of the micro-batch), so a second training
+started beside the first, by another `crl` process, can get one of them killed for memory, losing
+the work of every stage before it. Each
 training therefore holds an OS file lock under the machine cache (`~/.cache/crl/locks/train.lock`),
 released however its process ends; a second one waits, saying for whom, and then starts.
 A distributed launch (several processes of one job) never waits: its ranks train together.
