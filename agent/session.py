@@ -17,11 +17,13 @@ from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, P
 from crl.prompts.budget import BudgetItem, TokenCount
 from crl.prompts.state import PromptHistory
 from crl.tasks.base import Observation, TextEnv
-from crl.tasks.situations import situation_of
+from crl.tasks.situations import repeat_undoes_reward, situation_of
 
 if TYPE_CHECKING:
     from crl.agent.tools.toolbox import Toolbox
 
+HELD_TOLERANCE = 1e-9
+"""Slack when comparing an episode's return with what it was after a rewarded action (float sums)."""
 DEFAULT_STOP = ["\n\n", "\nThought:", "\nObservation", "\nGoal:", "\n>"]
 
 
@@ -66,6 +68,7 @@ class EpisodeSession:
         self.tools = tools
         self.episode = episode
         self._situation = situation_of(episode.task)
+        self._undo_rule = config.loop_breaker and repeat_undoes_reward(episode.task)
         self.config = config
         self._count = count
         self._count_messages = count_messages
@@ -87,6 +90,7 @@ class EpisodeSession:
         self._seen: dict[tuple[str, str], int] = {}
         self._tried: dict[str, set[str]] = {}
         self._no_ops: dict[tuple[str, ...], set[str]] = {}
+        self._earned: dict[str, float] = {}
 
     def replay(self, steps: list[Step]) -> None:
         """Re-apply logged steps (for `--resume`): the environment is deterministic per seed,
@@ -159,11 +163,25 @@ class EpisodeSession:
         """Actions (and unusable replies) already tried in the current situation: after an
         observation of this same situation (`here`), or, with `agent.loop_breaker` where the task
         lists its actions, with this same list of actions and nothing changed by them (`examine
-        door` twice: the second can only repeat the first)."""
+        door` twice: the second can only repeat the first); and, where the task declares that
+        repeating a rewarded action undoes it, the actions whose reward is still held
+        (`held_rewards`)."""
         tried = self._tried.get(self.here(), set())
         listed = self.observation.admissible_actions if self.config.loop_breaker else None
         no_ops = self._no_ops.get(tuple(sorted(listed)), set()) if listed else set()
-        return tried | no_ops if no_ops else tried
+        held = self.held_rewards()
+        return tried | no_ops | held if no_ops or held else tried
+
+    def held_rewards(self) -> set[str]:
+        """Actions that earned a reward this episode which the episode still holds (its return has
+        not dropped below what it was right after them), on tasks that declare
+        `TaskSpec.repeat_undoes_reward` with the loop breaker on: in TextWorldExpress's twc, taking
+        an item back out of the basket it was put away in loses the point its put earned, while
+        taking it again from a wrong place (whose put lost the take's point) earns it again."""
+        if not self._undo_rule:
+            return set()
+        now = self.episode.total_return + HELD_TOLERANCE
+        return {action for action, after in self._earned.items() if now >= after}
 
     def tries_here(self) -> dict[str, int]:
         """`tried_here` with how often each was taken in the current situation (at least 1 each):
@@ -239,8 +257,9 @@ class EpisodeSession:
             )
             step.action = action or ""
         tried = self._tried.setdefault(self.here(), set())
-        if self.config.loop_breaker and step.decided_by == "llm" and reply_key in tried:
-            alternative = self._untried_action(tried, step.index)
+        held = self.held_rewards()
+        if self.config.loop_breaker and step.decided_by == "llm" and (reply_key in tried or reply_key in held):
+            alternative = self._untried_action(tried | held, step.index)
             if alternative is not None:
                 step.extra.loop_break = LoopBreak(replaced=action or parsed.raw_action)
                 step.decided_by = "loop-breaker"
@@ -308,6 +327,8 @@ class EpisodeSession:
         self.history.acted(action, obs.text, repeated=bool(repeats), call=call)
         self.observation = obs
         self.episode.total_return += float(step.reward)
+        if step.reward > 0:
+            self._earned[action] = self.episode.total_return
         subgoals = info.get("subgoals")
         if isinstance(subgoals, dict):
             self.episode.subgoals = {k: bool(v) for k, v in subgoals.items()}

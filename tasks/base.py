@@ -97,7 +97,9 @@ class TaskSpec:
     `situation`: `observation -> text`, the part of an observation that fixes what every action will
     do (keyroom drops the line saying what the last action did), so "take vase" then "drop vase"
     returns to the situation it started from and the agent's loop rules see it
-    (`crl.tasks.situations`); None: the whole observation.
+    (`crl.tasks.situations`); None: the whole observation. `repeat_undoes_reward`: each point is
+    paid once and lost again by undoing what earned it (twc: take a shirt +, put it in the basket +,
+    take it back out -), so the loop rules pass over an action whose reward the episode still holds.
     """
 
     name: str
@@ -112,6 +114,7 @@ class TaskSpec:
     uses_judge: bool = False
     action_role: Callable[[str, str], str | None] | None = None
     situation: Callable[[str], str] | None = None
+    repeat_undoes_reward: bool = False
 
     @property
     def family(self) -> str:

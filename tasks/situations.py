@@ -6,6 +6,10 @@ and the `repeated` flag of stored steps compare situations to find such repeats.
 situation is the whole observation; a task whose observations carry what the last action did
 (keyroom's "You drop the black vase.") declares `TaskSpec.situation` to drop it, so "take vase"
 then "drop vase" is seen to return where it started instead of looking like a new place.
+
+A task whose points are each paid once, and lost again by undoing what earned them, declares
+`TaskSpec.repeat_undoes_reward`: the loop rules then also pass over an action whose reward the
+episode still holds (TextWorldExpress's twc: taking back an item already put away).
 """
 
 from __future__ import annotations
@@ -30,3 +34,14 @@ def situation_of(task: str) -> Situation:
     except ValueError:
         return whole
     return declared or whole
+
+
+def repeat_undoes_reward(task: str) -> bool:
+    """Whether the task declares that repeating an action whose reward is still held undoes it;
+    False when it does not or is not registered here."""
+    from crl.tasks.registry import get_task
+
+    try:
+        return get_task(task).repeat_undoes_reward
+    except ValueError:
+        return False

@@ -51,12 +51,14 @@ OUR_KNOBS = ("roomContext",)
 
 @dataclass(frozen=True)
 class Game:
-    """One TextWorldExpress game: its engine name, description, settable parameters, step limit."""
+    """One TextWorldExpress game: its engine name, description, settable parameters, step limit, and
+    whether repeating a rewarded action undoes it (`TaskSpec.repeat_undoes_reward`)."""
 
     name: str
     description: str
     params: tuple[str, ...]
     max_steps: int
+    repeat_undoes_reward: bool = False
 
 
 _ROOMS = ("numLocations", "includeDoors", "limitInventorySize")
@@ -69,6 +71,7 @@ GAMES = {
             "Put objects away in their usual places (TextWorld Commonsense).",
             (*_ROOMS, "numItemsToPutAway"),
             21,
+            repeat_undoes_reward=True,
         ),
         Game(
             "cookingworld",
@@ -268,6 +271,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         description=f"TextWorldExpress: {_game_spec.description}",
         folds=FOLDS,
         max_steps=_game_spec.max_steps,
+        repeat_undoes_reward=_game_spec.repeat_undoes_reward,
     )
     for _game_spec in GAMES.values()
 )

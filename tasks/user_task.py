@@ -46,6 +46,9 @@ class UserTask:
         situation: optional `observation -> text` (a staticmethod): the part of an observation that
             fixes what every action will do, so two observations with the same situation count as
             the same place for loop detection (`TaskSpec.situation`).
+        repeat_undoes_reward: each point is paid once and lost by undoing what earned it, so the
+            loop rules pass over an action whose reward the episode still holds
+            (`TaskSpec.repeat_undoes_reward`).
     """
 
     name: ClassVar[str] = ""
@@ -56,6 +59,7 @@ class UserTask:
     goal: ClassVar[str] = ""
     action_role: ClassVar[Callable[[str, str], str | None] | None] = None
     situation: ClassVar[Callable[[str], str] | None] = None
+    repeat_undoes_reward: ClassVar[bool] = False
 
     def reset(self, seed: int) -> Observation:
         """Start the episode of `seed` and return what the agent sees first."""
@@ -102,4 +106,5 @@ class UserTask:
             tools=tuple(cls.tools),
             action_role=cls.action_role,
             situation=cls.situation,
+            repeat_undoes_reward=cls.repeat_undoes_reward,
         )

@@ -78,3 +78,63 @@ def test_a_user_task_declares_its_situation_with_a_staticmethod():
 
     assert Rooms.spec().situation("You wait.\nIn the hall.") == "In the hall."
     assert UserTask.situation is None
+
+
+TWC = "twx/twc?numLocations=1&numItemsToPutAway=2"
+SHIRT = "dirty brown T-shirt"
+
+
+def twc_session(loop_breaker: bool = True):
+    from crl.agent.session import EpisodeSession, LoopConfig
+    from crl.memory.trajectory import Episode
+    from crl.tasks.registry import make_env
+
+    config = LoopConfig(max_steps=10, loop_breaker=loop_breaker, prefill=True, react=False)
+    episode = Episode(episode_id="twc-0000", run_id="twc", task=TWC, seed=10, goal="")
+    return EpisodeSession(make_env(TWC), episode, config, lambda t: len(t.split()), lambda m: len(m) * 50)
+
+
+def act(session, action: str):
+    from crl.agent.llm.base import Completion
+
+    return session.apply(Completion(text=f" {action}"))
+
+
+def test_only_twc_declares_that_repeating_a_rewarded_action_undoes_it():
+    from crl.tasks.situations import repeat_undoes_reward
+
+    assert repeat_undoes_reward(TWC) and repeat_undoes_reward("twx/twc")
+    assert not repeat_undoes_reward("twx/coin") and not repeat_undoes_reward(TASK)
+    assert not repeat_undoes_reward("no-such/task")
+
+
+def test_twc_does_not_take_back_an_item_it_put_away_but_retakes_one_put_in_a_wrong_place():
+    """Real twc world 10: the shirt belongs in the laundry basket, not on the work table. Taking it
+    back out of the basket would lose the put's point, so the loop breaker replaces that reply; after
+    a wrong put (which lost the take's point) taking it again earns the point back and is kept."""
+    session = twc_session()
+    try:
+        assert act(session, f"take {SHIRT}").reward > 0
+        assert act(session, f"put {SHIRT} in work table").reward < 0
+        assert session.held_rewards() == set()
+        again = act(session, f"take {SHIRT}")
+        assert again.action == f"take {SHIRT}" and again.reward > 0 and again.decided_by == "llm"
+        assert act(session, f"put {SHIRT} in laundry basket").reward > 0
+        assert session.held_rewards() == {f"take {SHIRT}", f"put {SHIRT} in laundry basket"}
+        assert f"take {SHIRT}" in session.tried_here() and session.tries_here()[f"take {SHIRT}"] == 1
+        undo = act(session, f"take {SHIRT}")
+        assert undo.decided_by == "loop-breaker" and undo.action != f"take {SHIRT}"
+        assert undo.extra.loop_break.replaced == f"take {SHIRT}" and undo.reward >= 0
+    finally:
+        session.env.close()
+
+
+def test_without_the_loop_breaker_a_rewarded_action_may_be_undone():
+    session = twc_session(loop_breaker=False)
+    try:
+        act(session, f"take {SHIRT}")
+        act(session, f"put {SHIRT} in laundry basket")
+        assert session.held_rewards() == set()
+        assert act(session, f"take {SHIRT}").reward < 0
+    finally:
+        session.env.close()
