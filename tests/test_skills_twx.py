@@ -4,6 +4,7 @@ task without sub-tasks (`twx/twc`: phase 1 plays the task itself, several attemp
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +17,7 @@ from crl.agent.skills_experiment import SkillsSpec, spec_of, subtasks_of  # noqa
 from crl.agent.skills_report import phase1_text  # noqa: E402
 from crl.memory.synthesis import provenance_of, replay, segment_episode, segment_episodes, stitch  # noqa: E402
 from crl.memory.synthesis.bank_pass import stitch_seeds  # noqa: E402
+from crl.memory.synthesis.stitch import foreign_objects, object_words, world_words  # noqa: E402
 from crl.memory.synthesis.task_skills import can_stitch, episode_subgoals, stitch_order  # noqa: E402
 from tests.test_synthesis import play  # noqa: E402
 
@@ -82,17 +84,34 @@ def test_points_of_two_failed_attempts_stitch_into_a_success_validated_by_replay
 
 
 def test_a_stitch_that_fails_replay_is_rejected_and_counted():
+    """Another world's segment that names only this world's objects passes planning; its actions in
+    the wrong order (put the T-shirt away, then take it) do not replay to a success."""
     a = attempt([*SHIRT, "look around"], "a")
-    elsewhere = play(TWC, 2, ["take flour", "take yellow onion", "look around"], "elsewhere")  # another world
-    segments = segment_episodes([a, elsewhere])
-    result = stitch(TWC, [SEED], segments, threshold=0.0, tries=1)  # planning accepts any start
+    segments = segment_episodes([a])
+    wrong_order = ("put clean blue T-shirt in wardrobe", "take clean blue T-shirt")
+    elsewhere = replace(segments[0], episode_id="elsewhere", seed=2, skill="score_1+score_2", actions=wrong_order)
+    result = stitch(TWC, [SEED], [*segments, elsewhere], tries=1)
     assert result.episodes == []
     (rejection,) = result.rejected
     assert rejection.seed == SEED and rejection.reason == "no-success"
-    assert rejection.parents == ["a", "a", "elsewhere", "elsewhere"]
+    assert rejection.parents == ["a", "a", "elsewhere"]
     assert result.report.replay_env_steps == len(SHIRT) + 2 and result.report.stitches_rejected == 1
-    strict = stitch(TWC, [SEED], segments)  # at the default threshold the other world is not used
-    assert [r.reason for r in strict.rejected] == ["no-match"] and strict.report.replay_env_steps == 0
+
+
+def test_a_segment_naming_objects_the_world_lacks_is_refused_before_replay():
+    a = attempt([*SHIRT, "look around"], "a")
+    elsewhere = play(TWC, 2, ["take flour", "take yellow onion", "look around"], "elsewhere")  # a kitchen
+    segments = segment_episodes([a, elsewhere])
+    known = world_words(TWC, SEED, segments, a.steps[0].observation)
+    assert [foreign_objects(s, known) for s in segments if s.episode_id == "elsewhere"][:2] == [
+        {"flour"},
+        {"yellow", "onion"},
+    ]
+    result = stitch(TWC, [SEED], segments, threshold=0.0, tries=1)  # planning accepts any start
+    (rejection,) = result.rejected
+    assert rejection.reason == "no-match" and "flour" in rejection.detail and "onion" in rejection.detail
+    assert result.episodes == [] and result.report.replay_env_steps == 0
+    assert object_words("go north") == set() and object_words("take flour") == {"flour"}
 
 
 def test_the_experiment_plays_the_task_itself_when_it_has_no_sub_tasks():

@@ -217,13 +217,16 @@ def test_the_same_stitch_without_its_bridge_fails_replay_and_is_rejected_with_th
     assert result.report.stitch_rejected == {"invalid-action": 1} and result.report.stitches_rejected == 1
 
 
-def test_segments_from_another_world_that_do_not_replay_are_rejected():
+def test_segments_from_another_world_naming_its_own_key_are_refused_before_replay():
+    """Another keyroom world holds another key: its segments could only replay to invalid actions,
+    so planning refuses them and nothing is replayed (a stitch that passes planning but fails replay
+    is tested on twc, tests/test_skills_twx.py)."""
     segments = sub_task_segments(OTHER_SEED)
     result = stitch(COMPOUND, [SEED], segments, threshold=0.0)  # planning accepts any start
     assert result.episodes == []
     (rejection,) = result.rejected
-    assert rejection.reason == "invalid-action" and rejection.seed == SEED
-    assert result.report.stitch_rejected == {"invalid-action": 1}
+    assert rejection.reason == "no-match" and rejection.seed == SEED
+    assert key_name(OTHER_SEED).split()[0] in rejection.detail and result.report.replay_env_steps == 0
     strict = stitch(COMPOUND, [SEED], segments, threshold=1.01)
     assert [r.reason for r in strict.rejected] == ["no-match"] and strict.report.replay_env_steps == 0
 

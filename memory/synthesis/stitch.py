@@ -13,6 +13,11 @@ reached it and starts where the previous one ends:
 3. `similar`: a segment from another world whose start observation is at least `threshold`
    similar to where the previous one ends (`similarity.LEXICAL_THRESHOLD` by default).
 
+A segment from another world (`similar`) is used only when every object its actions name (their
+words after the verb, less prepositions and articles; moves exempt) is known in the target world:
+named in its first observation, its first list of actions, or a stored segment of that world
+(`world_words`). Such a segment replays, at best, to invalid actions (twc's "put dress pants in
+laundry basket" in a world without dress pants), and replay is charged as environment steps.
 Ties go to higher similarity, then fewer actions. The joined actions (bridges included) are
 replayed on the target task and seed; a plan longer than the step limit (the task's, or the one
 the agent plays under), or one that does not replay to a success, is rejected with its reason. A
@@ -44,7 +49,7 @@ from crl.memory.synthesis.provenance import Provenance, synthetic_episode
 from crl.memory.synthesis.replay import EnvFactory, ReplayResult, replay
 from crl.memory.synthesis.report import Rejection, SynthesisResult
 from crl.memory.synthesis.segments import Segment
-from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD, Similarity, lexical_similarity
+from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD, Similarity, lexical_similarity, words
 from crl.memory.synthesis.task_skills import declares_order, is_point, stitch_order, world_key
 from crl.tasks.registry import get_task, make_env
 
@@ -53,6 +58,9 @@ OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east", 
 MATCH_RANK = {"continues": 3, "same-world": 2, "similar": 1}
 POINT_TRIES = 4
 """Plans tried per world when stitching by points (one when the task declares its order)."""
+FUNCTION_WORDS = frozenset(
+    {"a", "an", "the", "in", "into", "on", "onto", "to", "from", "with", "at", "of", "for", "out"}
+)
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,40 @@ def _move(action: str) -> tuple[str, str] | None:
     return None
 
 
+def object_words(action: str) -> set[str]:
+    """The words an action names objects with: every word after its verb, less prepositions and
+    articles; none for a move (`retrace` handles those).
+
+    Example:
+        >>> sorted(object_words("put dirty T-shirt in laundry basket"))
+        ['basket', 'dirty', 'laundry', 'shirt', 't']
+    """
+    if _move(action) is not None:
+        return set()
+    found = words(action)
+    verb = action.lower().split()[0] if action.split() else ""
+    return {w for w in found - FUNCTION_WORDS if w != verb}
+
+
+def world_words(
+    task: str, seed: int, segments: Iterable[Segment], first: str, actions: Iterable[str] = ()
+) -> frozenset[str]:
+    """Every word known to belong to one world: in its first observation `first`, its first
+    admissible `actions`, and the observations and actions of the stored segments played on it."""
+    world = world_key(task, seed)
+    known = words(first) | {w for a in actions for w in words(a)}
+    for seg in segments:
+        if world_key(seg.task, seg.seed) == world:
+            texts = [seg.start_observation, seg.last_observation, seg.end_observation or "", *seg.actions]
+            known |= {w for t in texts for w in words(t)}
+    return frozenset(known)
+
+
+def foreign_objects(segment: Segment, known: frozenset[str]) -> set[str]:
+    """The object words of `segment`'s actions that `known` (a world's words) lacks."""
+    return {w for a in segment.actions for w in object_words(a)} - known
+
+
 def plan_stitch(
     task: str,
     seed: int,
@@ -149,6 +191,7 @@ def plan_stitch(
     bridge: bool = True,
     max_steps: int | None = None,
     exclude: frozenset[str] = frozenset(),
+    known: frozenset[str] | None = None,
 ) -> StitchPlan | Rejection:
     """The best stitch of `task` on `seed` from `segments`, or the reason there is none.
 
@@ -164,6 +207,8 @@ def plan_stitch(
         bridge: retrace moves back to the start before a segment that begins at its episode's start.
         max_steps: the step limit a plan must fit (default the task's own).
         exclude: ids of segments not to use (parts that failed an earlier replay).
+        known: the target world's words (`world_words`); a segment from another world naming an
+            object outside them is not used. None: no such check.
     """
     world = world_key(task, seed)
     skills = skills or stitch_order(task, [s.subgoals for s in segments if world_key(s.task, s.seed) == world])
@@ -190,14 +235,20 @@ def plan_stitch(
         if not candidates:
             return Rejection("stitch", task, seed, "no-segment", f"no stored segment reached {skill!r}", _ids(parts))
         previous = parts[-1].segment if parts else None
-        ranked = []
+        ranked, foreign = [], Counter()
         for seg in candidates:
             part = _match(seg, previous, played, here, world, similarity, threshold, bridge, points)
-            if part is not None:
+            absent = foreign_objects(seg, known) if part is not None and part.match == "similar" and known else set()
+            if absent:
+                foreign.update(absent)
+            elif part is not None:
                 ranked.append(part)
         if not ranked:
             best = max(similarity(here, s.start_observation) for s in candidates)
             detail = f"no segment for {skill!r} starts where the stitch is (best similarity {best:.2f} < {threshold})"
+            if foreign:
+                named = ", ".join(w for w, _ in foreign.most_common(3))
+                detail = f"no segment for {skill!r} fits this world: those that start close enough name objects it lacks ({named})"
             return Rejection("stitch", task, seed, "no-match", detail, _ids(parts))
         part = max(ranked, key=lambda p: _rank(p, points))
         gain = _gain(part.segment) if points else 1
@@ -306,12 +357,14 @@ def stitch(
         result.report.stitches_tried += 1
         env = env_factory(task)
         try:
-            start = env.reset(seed).text
+            first = env.reset(seed)
         finally:
             env.close()
+        start = first.text
+        known = world_words(task, seed, segments, start, first.admissible_actions or ())
         made = _stitch_seed(
             task, seed, segments, start, result, tries, env_factory,
-            skills=skills, similarity=similarity, threshold=threshold, bridge=bridge, max_steps=max_steps,
+            skills=skills, similarity=similarity, threshold=threshold, bridge=bridge, max_steps=max_steps, known=known,
         )  # fmt: skip
         if isinstance(made, Rejection):
             result.reject(made)
