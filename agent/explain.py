@@ -124,7 +124,8 @@ def posterior_table(posterior: dict) -> Table:
             for m, on in (
                 ("chosen", action == posterior["chosen"]),
                 ("model's argmax", action == posterior["model_best"]),
-                ("tried here", action in posterior.get("avoided", [])),
+                ("tried here", action in posterior.get("avoided", []) and action not in posterior.get("held", [])),
+                ("would undo a held reward", action in posterior.get("held", [])),
             )
             if on
         ]

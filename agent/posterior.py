@@ -227,6 +227,7 @@ class PosteriorDecision:
     mode: Mode
     config: PosteriorConfig
     avoided: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
 
     @property
     def memory_changed_argmax(self) -> bool:
@@ -254,8 +255,12 @@ class PosteriorDecision:
         line += ")"
         if self.memory_changed_argmax:
             line += f"; memory overrode the model's {self.model_best!r}"
-        if self.avoided:
-            line += f"; already tried here: {', '.join(self.avoided)}"
+        tried = [a for a in self.avoided if a not in self.held]
+        if tried:
+            line += f"; already tried here: {', '.join(tried)}"
+        held = [a for a in self.avoided if a in self.held]
+        if held:
+            line += f"; would undo a reward the episode holds: {', '.join(held)}"
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -276,6 +281,7 @@ class PosteriorDecision:
             "untried_floor": self.config.untried_floor,
             "untried_cap": self.config.untried_cap,
             "avoided": list(self.avoided),
+            **({"held": list(self.held)} if self.held else {}),
             "actions": {
                 a: {
                     "model": round(p, 6),
@@ -321,6 +327,7 @@ def decide(
     config: PosteriorConfig,
     rng: random.Random | None = None,
     avoid: Collection[str] | Mapping[str, int] = (),
+    held: Collection[str] = (),
 ) -> PosteriorDecision:
     """Choose an action from the posterior over the scored candidates.
 
@@ -336,6 +343,8 @@ def decide(
             every candidate was taken the choice is among the least taken, so a situation whose
             every action was tried cycles through them instead of repeating one. The posterior
             itself is left as computed.
+        held: those of `avoid` that are there because repeating them would undo a reward the
+            episode still holds (`EpisodeSession.held_rewards`), so the record says why.
 
     Returns:
         The `PosteriorDecision`, with the chosen action and everything behind it.
@@ -362,8 +371,20 @@ def decide(
         chosen = actions[max(open_, key=lambda i: (post[i], i == actions.index(posterior_best), -i))]
     else:
         chosen = actions[rng.choices(open_, weights=[post[i] for i in open_])[0]]
+    held_here = [a for a in avoided if a in held]
     return PosteriorDecision(
-        actions, probs, dict(memory), weights, post, chosen, model_best, posterior_best, config.mode, config, avoided
+        actions,
+        probs,
+        dict(memory),
+        weights,
+        post,
+        chosen,
+        model_best,
+        posterior_best,
+        config.mode,
+        config,
+        avoided,
+        held_here,
     )
 
 

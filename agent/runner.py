@@ -480,10 +480,11 @@ class Runner:
                 finish_reason="scored",
             )
         tried = session.tries_here()
+        held = session.held_rewards()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
-            decision = decide(dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried)
+            decision = decide(dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried, held=held)
             if advisor is not None and decision.chosen in advantages:
                 session.used_memory.extend(
                     advisor.evidence_ids(pack, decision.chosen, session.episode.task, self._vote_weights(session))

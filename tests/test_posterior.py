@@ -451,3 +451,15 @@ def test_explain_names_the_cap_on_untried_support():
     assert "support at most" not in posterior_table(decide(probs, memory, PosteriorConfig()).to_dict()).title
     floored = decide(probs, memory, PosteriorConfig(untried_support=0.25, untried_floor=True)).to_dict()
     assert posterior_table(floored).title.endswith("at most 0.25, never below the baseline)")
+
+
+def test_an_action_that_would_undo_a_held_reward_is_named_as_such():
+    """`held` marks which avoided actions are there because the episode still holds their reward,
+    so the step's reason and `crl explain` do not call them tried here."""
+    probs = {"take shirt": 0.6, "look around": 0.3, "open drawer": 0.1}
+    decision = decide(probs, {}, PosteriorConfig(), avoid={"take shirt": 1, "look around": 1}, held={"take shirt"})
+    assert decision.chosen == "open drawer" and decision.held == ["take shirt"]
+    assert "already tried here: look around" in decision.reason
+    assert "would undo a reward the episode holds: take shirt" in decision.reason
+    assert decision.to_dict()["held"] == ["take shirt"]
+    assert "held" not in decide(probs, {}, PosteriorConfig()).to_dict()

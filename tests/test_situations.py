@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+from typer.testing import CliRunner
+
 from crl.agent.app import open_bank, start_run
+from crl.agent.cli.main import app
 from crl.agent.llm.scripted import ScriptedModel
 from crl.tasks.keyroom import KeyroomEnv
 from crl.tasks.registry import fold_seeds
@@ -138,3 +141,26 @@ def test_without_the_loop_breaker_a_rewarded_action_may_be_undone():
         assert act(session, f"take {SHIRT}").reward < 0
     finally:
         session.env.close()
+
+
+def test_the_posterior_on_twc_passes_over_taking_back_what_it_put_away(crl_home):
+    """A model that likes the shirt's take best, then its put: once the shirt is in the basket, its
+    take is avoided as a held reward (named so in the step's record), not replayed to lose the point."""
+    take, put = f"take {SHIRT}", f"put {SHIRT} in laundry basket"
+
+    def scores(messages):
+        return json.dumps({take: 0.0, put: -0.5})
+
+    settings = settings_for(crl_home, max_steps=3)
+    result = start_run(settings, TWC, 1, seed_start=10, model=ScriptedModel(scores))
+    steps = result.episodes[0].steps
+    assert [s.action for s in steps[:2]] == [take, put] and steps[1].reward > 0
+    third = steps[2]
+    assert third.action != take and third.reward >= 0 and third.decided_by == "repeat-avoidance"
+    assert third.extra.policy.posterior["held"] == [take]
+    assert "would undo a reward the episode holds" in third.extra.policy.reason
+    shown = CliRunner().invoke(
+        app, ["--home", str(crl_home), "explain", result.episodes[0].run_id, "0", "2"], env={"COLUMNS": "250"}
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "would undo a held reward" in shown.output
