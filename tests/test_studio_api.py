@@ -107,6 +107,44 @@ def test_runs_list_detail_curve_progress_and_episode(client):
     refused(client.get("/api/runs", params={"colour": "red"}), 400, "unknown query parameter(s) colour")
 
 
+def test_runs_on_the_same_seeds_compare_seed_by_seed_as_crl_compare_does(client, studio_home, monkeypatch):
+    """A looking model replays the solved run's seeds (memory off): the page and the API pair them seed by
+    seed, the way `crl compare` does; bad selections are clear 4xx."""
+    import crl.agent.app
+    from crl.agent.llm.scripted import ScriptedModel
+
+    monkeypatch.setattr(crl.agent.app, "build_chat_model", lambda settings: ScriptedModel(lambda msgs: " look"))
+    r = invoke(
+        "--home", studio_home, "run", "keyroom/key", "-n", N_SOLVED, "--max-steps", 2, "--policy", "llm", "--no-memory"
+    )
+    assert r.exit_code == 0, r.output
+    looked, failed, solved = ok(client.get("/api/runs"))  # newest first
+    data = ok(client.get("/api/compare", params={"run": [solved["run_id"], looked["run_id"]]}))
+    assert [row["successes"] for row in data["runs"]] == [N_SOLVED, 0] and data["task"] == "keyroom/key"
+    (pair,) = data["pairs"]
+    assert (pair["seeds"], pair["a_only"], pair["b_only"]) == (N_SOLVED, N_SOLVED, 0)
+    assert pair["p_two_sided"] == pytest.approx(2 * 0.5**N_SOLVED)
+    cli = cli_json("compare", solved["run_id"], looked["run_id"], "--json")
+    assert cli["pairs"] == data["pairs"]
+    three = ok(
+        client.get(
+            "/api/compare", params={"run": [solved["run_id"], looked["run_id"], failed["run_id"]], "all_pairs": "true"}
+        )
+    )
+    assert len(three["pairs"]) == 3 and three["pairs"][1]["seeds"] == 0  # the failures played other seeds
+
+    page = client.get("/compare", params={"run": [solved["run_id"], looked["run_id"]]})
+    assert page.status_code == 200 and 'id="pairs"' in page.text and looked["run_id"] in page.text
+    assert f'name="run" value="{looked["run_id"]}"' in client.get("/").text  # the runs page's tick boxes
+
+    refused(client.get("/api/compare", params={"run": solved["run_id"]}), 400, "at least two runs")
+    refused(client.get("/api/compare", params={"run": [solved["run_id"]] * 2}), 400, "named twice")
+    refused(client.get("/api/compare", params={"run": [solved["run_id"], "nosuch"]}), 404, "no run 'nosuch'")
+    refused(client.get("/api/compare", params={"run": [solved["run_id"], looked["run_id"]], "x": "1"}), 400, "unknown")
+    bad = client.get("/compare", params={"run": solved["run_id"]})
+    assert bad.status_code == 400 and "<html" in bad.text and "at least two runs" in bad.text
+
+
 def test_a_running_runs_progress_is_read_from_its_log_as_it_grows(client, studio_home):
     failed = ok(client.get("/api/runs"))[0]
     live, lines = running_copy(studio_home / "runs" / failed["run_id"], studio_home)

@@ -133,6 +133,12 @@ def test_filter_open_an_episode_follow_a_memory_and_quarantine_it(studio_home, b
 
         page.goto(served.url + "/")
         page.screenshot(path=str(shots / "studio-runs.png"), full_page=True)
+        for box in page.locator("#runs input[name=run]").all():
+            box.check()
+        page.click("#compare-form button[type=submit]")
+        page.wait_for_url("**/compare?run=*")
+        assert page.locator("#compared tbody tr").count() == 2 and page.locator("#pairs tbody tr").count() == 1
+        page.go_back()
         failed_run = page.locator("#runs tbody tr").first  # newest first: the run of failures
         failed_run.locator("a").first.click()
         page.wait_for_url("**/runs/*")

@@ -147,6 +147,16 @@ def episode(run_id: str, number: int, s: S) -> dict[str, Any]:
     return runs_view.episode_detail(s.stores, run_id, number, s.bank.namespace)
 
 
+@router.get("/compare", dependencies=[known_params("run", "all_pairs")])
+def compare(
+    s: S,
+    run: Annotated[list[str], Query(max_length=128)] = [],  # noqa: B006 (FastAPI copies defaults)
+    all_pairs: bool = False,
+) -> dict[str, Any]:
+    """Runs played on the same seeds, seed by seed (`crl compare`): `?run=A&run=B[&all_pairs=true]`."""
+    return runs_view.compare(s.stores, run, all_pairs)
+
+
 @router.get("/experiments", dependencies=[known_params()])
 def experiments(s: S) -> list[dict[str, str]]:
     """The results folders `crl experiment` wrote under the studio's results folders."""

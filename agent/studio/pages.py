@@ -76,6 +76,17 @@ def episode_page(request: Request, run_id: str, number: int, s: S):
     )
 
 
+@router.get("/compare", response_class=HTMLResponse, dependencies=[known_params("run", "all_pairs")])
+def compare_page(
+    request: Request,
+    s: S,
+    run: Annotated[list[str], Query(max_length=128)] = [],  # noqa: B006 (FastAPI copies defaults)
+    all_pairs: bool = False,
+):
+    data = runs_view.compare(s.stores, run, all_pairs)
+    return page(request, "compare.html", s, "runs", data=data, all_pairs=all_pairs, run_ids=run)
+
+
 @router.get("/experiments", response_class=HTMLResponse, dependencies=[known_params()])
 def experiments_page(request: Request, s: S):
     folders = runs_view.experiment_folders(s.results)

@@ -206,3 +206,33 @@ def experiment(roots: list[Path], name: str) -> dict[str, Any]:
             }
         )
     return {"name": name, "path": str(folders[name]), "spec": results["spec"], "arms": arms, "pairs": pairs}
+
+
+MAX_COMPARED = 8
+
+
+def compare(stores: list[RunStore], run_ids: list[str], all_pairs: bool = False) -> dict[str, Any]:
+    """Runs of this data directory played on the same seeds, compared seed by seed (`crl compare`):
+    each run's success with its 95% interval and mean points, and exact McNemar tests of each later
+    run against the first (every pair with `all_pairs`).
+
+    Raises:
+        ValueError: fewer than two runs, more than `MAX_COMPARED`, one named twice, or runs of
+            different tasks.
+        FileNotFoundError: no such run.
+    """
+    from crl.agent.run_compare import compare_runs, run_outcomes
+
+    ids = [r.strip() for r in run_ids if r.strip()]
+    if len(ids) < 2:
+        raise ValueError("compare needs at least two runs: tick two or more on the runs page")
+    if len(ids) > MAX_COMPARED:
+        raise ValueError(f"compare takes at most {MAX_COMPARED} runs, got {len(ids)}")
+    if len(set(ids)) < len(ids):
+        raise ValueError(f"a run is named twice ({', '.join(ids)})")
+    runs = []
+    for run_id in ids:
+        store = find_run(stores, run_id)
+        info = store.load(run_id)
+        runs.append(run_outcomes(run_id, run_id, info.task, info.model, info.kind, store.episodes(run_id)))
+    return compare_runs(runs, all_pairs=all_pairs)
