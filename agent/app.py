@@ -128,6 +128,7 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
         max_observation_tokens=a.max_observation_tokens,
         fuzzy_threshold=a.fuzzy_threshold,
         loop_breaker=a.loop_breaker,
+        held_rewards=a.held_rewards,
         log_prompts=a.log_prompts,
         react=uses_react(settings),
         prefill=bool(getattr(model, "supports_prefill", False)),

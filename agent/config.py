@@ -200,6 +200,11 @@ class AgentSettings(BaseModel):
         description="Replace a reply the model already gave in the same situation by an untried "
         "admissible action (greedy decoding on deterministic games otherwise loops forever).",
     )
+    held_rewards: bool = Field(
+        True,
+        description="With the loop breaker, also pass over an action whose reward the episode still holds, on tasks "
+        "that declare repeating it undoes it (TaskSpec.repeat_undoes_reward: twc's take-back of an item put away).",
+    )
     fuzzy_threshold: float = Field(
         0.75, ge=0, le=1, description="Similarity needed to map a reply onto an admissible action."
     )

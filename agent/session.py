@@ -39,6 +39,7 @@ class LoopConfig:
     max_observation_tokens: int = 400
     fuzzy_threshold: float = 0.75
     loop_breaker: bool = True
+    held_rewards: bool = True
     log_prompts: str = "memory"
     react: bool = True
     prefill: bool = True
@@ -68,7 +69,7 @@ class EpisodeSession:
         self.tools = tools
         self.episode = episode
         self._situation = situation_of(episode.task)
-        self._undo_rule = config.loop_breaker and repeat_undoes_reward(episode.task)
+        self._undo_rule = config.loop_breaker and config.held_rewards and repeat_undoes_reward(episode.task)
         self.config = config
         self._count = count
         self._count_messages = count_messages
@@ -175,7 +176,7 @@ class EpisodeSession:
     def held_rewards(self) -> set[str]:
         """Actions that earned a reward this episode which the episode still holds (its return has
         not dropped below what it was right after them), on tasks that declare
-        `TaskSpec.repeat_undoes_reward` with the loop breaker on: in TextWorldExpress's twc, taking
+        `TaskSpec.repeat_undoes_reward` with the loop breaker and `agent.held_rewards` on: in TextWorldExpress's twc, taking
         an item back out of the basket it was put away in loses the point its put earned, while
         taking it again from a wrong place (whose put lost the take's point) earns it again."""
         if not self._undo_rule:

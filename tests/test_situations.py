@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from crl.agent.app import open_bank, start_run
@@ -87,12 +88,12 @@ TWC = "twx/twc?numLocations=1&numItemsToPutAway=2"
 SHIRT = "dirty brown T-shirt"
 
 
-def twc_session(loop_breaker: bool = True):
+def twc_session(loop_breaker: bool = True, held_rewards: bool = True):
     from crl.agent.session import EpisodeSession, LoopConfig
     from crl.memory.trajectory import Episode
     from crl.tasks.registry import make_env
 
-    config = LoopConfig(max_steps=10, loop_breaker=loop_breaker, prefill=True, react=False)
+    config = LoopConfig(max_steps=10, loop_breaker=loop_breaker, held_rewards=held_rewards, prefill=True, react=False)
     episode = Episode(episode_id="twc-0000", run_id="twc", task=TWC, seed=10, goal="")
     return EpisodeSession(make_env(TWC), episode, config, lambda t: len(t.split()), lambda m: len(m) * 50)
 
@@ -132,8 +133,9 @@ def test_twc_does_not_take_back_an_item_it_put_away_but_retakes_one_put_in_a_wro
         session.env.close()
 
 
-def test_without_the_loop_breaker_a_rewarded_action_may_be_undone():
-    session = twc_session(loop_breaker=False)
+@pytest.mark.parametrize("switch", [{"loop_breaker": False}, {"held_rewards": False}])
+def test_without_the_loop_breaker_or_with_the_rule_off_a_rewarded_action_may_be_undone(switch):
+    session = twc_session(**switch)
     try:
         act(session, f"take {SHIRT}")
         act(session, f"put {SHIRT} in laundry basket")
