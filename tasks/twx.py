@@ -36,14 +36,12 @@ Easier settings are much shorter (p90): `coin?numLocations=3&numDistractorItems=
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskSpec
 from crl.tasks.java_engine import EngineError, JavaEngine, import_suite, invalid_feedback, match_action, shutdown_java
-from crl.tasks.twx_roles import twc_action_role
 
 FAMILY = "twx"
 FOLDS = SeedFolds(train=range(0, 1000), dev=range(10_000, 11_000), test=range(20_000, 21_000))
@@ -53,16 +51,14 @@ OUR_KNOBS = ("roomContext",)
 
 @dataclass(frozen=True)
 class Game:
-    """One TextWorldExpress game: its engine name, description, settable parameters, step limit,
-    whether repeating a rewarded action undoes it (`TaskSpec.repeat_undoes_reward`) and its action
-    roles (`TaskSpec.action_role`)."""
+    """One TextWorldExpress game: its engine name, description, settable parameters, step limit, and
+    whether repeating a rewarded action undoes it (`TaskSpec.repeat_undoes_reward`)."""
 
     name: str
     description: str
     params: tuple[str, ...]
     max_steps: int
     repeat_undoes_reward: bool = False
-    action_role: Callable[[str, str], str | None] | None = None
 
 
 _ROOMS = ("numLocations", "includeDoors", "limitInventorySize")
@@ -76,7 +72,6 @@ GAMES = {
             (*_ROOMS, "numItemsToPutAway"),
             21,
             repeat_undoes_reward=True,
-            action_role=twc_action_role,
         ),
         Game(
             "cookingworld",
@@ -277,7 +272,6 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         folds=FOLDS,
         max_steps=_game_spec.max_steps,
         repeat_undoes_reward=_game_spec.repeat_undoes_reward,
-        action_role=_game_spec.action_role,
     )
     for _game_spec in GAMES.values()
 )

@@ -144,21 +144,3 @@ def test_a_user_task_declares_roles_with_a_staticmethod():
     assert spec.action_role("exit west", "go west") == "leave"
     assert spec.action_role("exit west", "go east") is None
     assert UserTask.action_role is None
-
-
-def test_a_stored_twc_put_votes_for_the_same_object_in_another_colour_not_for_anything_put_there():
-    """twc: a success of putting a brown T-shirt in the laundry basket votes for the white T-shirt's put
-    in the basket, and no longer (as by verb and last word) for the wastepaper's."""
-    task = "twx/twc?numLocations=1&numItemsToPutAway=2"
-    here = ["put dirty white T-shirt in laundry basket", "put wastepaper in laundry basket", "open washing machine"]
-    stored = [
-        (step_record(f"e{i}", 0, "put dirty brown T-shirt in laundry basket", "success", length=3), 0.9)
-        for i in range(3)
-    ]
-    roles = roles_for(task, "You are in the laundry room.")
-    values = action_values(stored, here, RetrievalConfig(), roles=roles)
-    assert set(values) == {"put dirty white T-shirt in laundry basket"} and values[here[0]].successes == 3
-    by_text = action_values(stored, here, RetrievalConfig(ec_action_roles=False), roles=roles)
-    assert set(by_text) == {here[0], here[1]}  # verb and last word: anything put in the basket
-    assert roles.current("take dirty magenta T-shirt") == "take dirty T-shirt"
-    assert roles.current("open washing machine") is None
