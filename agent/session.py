@@ -176,9 +176,10 @@ class EpisodeSession:
     def held_rewards(self) -> set[str]:
         """Actions that earned a reward this episode which the episode still holds (its return has
         not dropped below what it was right after them), on tasks that declare
-        `TaskSpec.repeat_undoes_reward` with the loop breaker and `agent.held_rewards` on: in TextWorldExpress's twc, taking
-        an item back out of the basket it was put away in loses the point its put earned, while
-        taking it again from a wrong place (whose put lost the take's point) earns it again."""
+        `TaskSpec.repeat_undoes_reward`, with the loop breaker and `agent.held_rewards` on. In
+        TextWorldExpress's twc, taking an item back out of the basket it was put away in loses the
+        point its put earned, while taking it again from a wrong place (whose put lost the take's
+        point) earns it again."""
         if not self._undo_rule:
             return set()
         now = self.episode.total_return + HELD_TOLERANCE
