@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crl.memory.trajectory import Episode
 from crl.tasks.evaluation import discordant, mcnemar_p, wilson_interval
+
+if TYPE_CHECKING:
+    from crl.agent.runs import RunStore
 
 Key = tuple[int, int]
 """(repeat, seed): a run's place among the runs pooled under one label (0 for a single run), and the seed."""
@@ -82,6 +85,12 @@ def run_outcomes(label: str, run_id: str, task: str, model: str, kind: str, epis
             run.outcomes[(0, episode.seed)] = bool(episode.success)
             run.points[(0, episode.seed)] = sum(1 for reached in episode.subgoals.values() if reached)
     return run
+
+
+def stored_run_outcomes(store: RunStore, run_id: str) -> RunOutcomes:
+    """Run `run_id` of `store` reduced to one outcome per seed, labelled by its id."""
+    info = store.load(run_id)
+    return run_outcomes(run_id, run_id, info.task, info.model, info.kind, store.episodes(run_id))
 
 
 def pooled(label: str, runs: list[RunOutcomes]) -> RunOutcomes:

@@ -167,7 +167,7 @@ def load_compared_run(ref: str):
 def _compared_run(target: str):
     from pathlib import Path
 
-    from crl.agent.run_compare import run_outcomes
+    from crl.agent.run_compare import stored_run_outcomes
     from crl.agent.runs import RUN_FILE, RunStore, find_run, run_stores
 
     folder = Path(target).expanduser()
@@ -177,8 +177,7 @@ def _compared_run(target: str):
         raise FileNotFoundError(f"{target} is not a run's folder (it has no {RUN_FILE})")
     else:
         store, run_id = find_run(run_stores(effective_settings()), target), target
-    info = store.load(run_id)
-    return run_outcomes(run_id, run_id, info.task, info.model, info.kind, store.episodes(run_id))
+    return stored_run_outcomes(store, run_id)
 
 
 def _rate(row: dict) -> str:

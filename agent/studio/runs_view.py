@@ -221,7 +221,7 @@ def compare(stores: list[RunStore], run_ids: list[str], all_pairs: bool = False)
             different tasks.
         FileNotFoundError: no such run.
     """
-    from crl.agent.run_compare import compare_runs, run_outcomes
+    from crl.agent.run_compare import compare_runs, stored_run_outcomes
 
     ids = [r.strip() for r in run_ids if r.strip()]
     if len(ids) < 2:
@@ -230,9 +230,5 @@ def compare(stores: list[RunStore], run_ids: list[str], all_pairs: bool = False)
         raise ValueError(f"compare takes at most {MAX_COMPARED} runs, got {len(ids)}")
     if len(set(ids)) < len(ids):
         raise ValueError(f"a run is named twice ({', '.join(ids)})")
-    runs = []
-    for run_id in ids:
-        store = find_run(stores, run_id)
-        info = store.load(run_id)
-        runs.append(run_outcomes(run_id, run_id, info.task, info.model, info.kind, store.episodes(run_id)))
+    runs = [stored_run_outcomes(find_run(stores, run_id), run_id) for run_id in ids]
     return compare_runs(runs, all_pairs=all_pairs)
