@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -86,6 +87,10 @@ def test_a_user_task_declares_its_situation_with_a_staticmethod():
 
 TWC = "twx/twc?numLocations=1&numItemsToPutAway=2"
 SHIRT = "dirty brown T-shirt"
+needs_twx = pytest.mark.skipif(
+    importlib.util.find_spec("textworld_express") is None,
+    reason="needs the envs extra: pip install 'complementary-rl[envs]'",
+)
 
 
 def twc_session(loop_breaker: bool = True, held_rewards: bool = True):
@@ -112,6 +117,7 @@ def test_only_twc_declares_that_repeating_a_rewarded_action_undoes_it():
     assert not repeat_undoes_reward("no-such/task")
 
 
+@needs_twx
 def test_twc_does_not_take_back_an_item_it_put_away_but_retakes_one_put_in_a_wrong_place():
     """Real twc world 10: the shirt belongs in the laundry basket, not on the work table. Taking it
     back out of the basket would lose the put's point, so the loop breaker replaces that reply; after
@@ -133,6 +139,7 @@ def test_twc_does_not_take_back_an_item_it_put_away_but_retakes_one_put_in_a_wro
         session.env.close()
 
 
+@needs_twx
 @pytest.mark.parametrize("switch", [{"loop_breaker": False}, {"held_rewards": False}])
 def test_without_the_loop_breaker_or_with_the_rule_off_a_rewarded_action_may_be_undone(switch):
     session = twc_session(**switch)
@@ -145,6 +152,7 @@ def test_without_the_loop_breaker_or_with_the_rule_off_a_rewarded_action_may_be_
         session.env.close()
 
 
+@needs_twx
 def test_the_posterior_on_twc_passes_over_taking_back_what_it_put_away(crl_home):
     """A model that likes the shirt's take best, then its put: once the shirt is in the basket, its
     take is avoided as a held reward (named so in the step's record), not replayed to lose the point."""
