@@ -71,10 +71,18 @@ def render_hint(observation: str, action: str, success: bool) -> str:
 
 
 def render_action_value(
-    action: str, successes: int, n: int, invalid: int = 0, repeated: int = 0, unverified: int = 0
+    action: str,
+    successes: int,
+    n: int,
+    invalid: int = 0,
+    repeated: int = 0,
+    unverified: int = 0,
+    similar: int = 0,
 ) -> str:
-    """One line for memory's value of an action, e.g. "take key → success 4 of 5 (1 invalid)", or with
-    votes the environment did not verify left out of the counts, "drop key → success 0 of 0 (+48 unverified)"."""
+    """One line for memory's value of an action, e.g. "take key → success 4 of 5 (1 invalid)"; with
+    votes the environment did not verify left out of the counts, "drop key → success 0 of 0 (+48
+    unverified)"; with votes that came from similar actions only, "put pen in sofa → similar actions:
+    success 0 of 2", or "take key → success 4 of 5 (2 by similar actions)" when some did."""
     return render(
         "action_value.j2",
         action=action,
@@ -83,4 +91,6 @@ def render_action_value(
         invalid=invalid,
         repeated=repeated,
         unverified=unverified,
+        similar=similar,
+        only_similar=n > 0 and similar >= n,
     )

@@ -112,6 +112,24 @@ def test_actions_match_by_normalised_text_then_by_verb_and_last_word():
     assert normalise_action("  Take the Brass KEY. ") == "take brass key"
 
 
+def test_the_hint_says_when_its_votes_came_from_similar_actions_only():
+    """twc, stop 50: "put lipstick in dressing table → success 0 of 10" had never been tried; all ten
+    votes were other objects put on other tables (verb and last word)."""
+    neighbours = _votes(
+        ("put dirty shirt in work table", "failure", 2, 1.0),
+        ("put pen in end table", "failure", 1, 1.0),
+        ("take brass key", "success", 0, 1.0),
+        ("take iron key", "success", 1, 1.0),
+    )
+    values = action_values(neighbours, ["put lipstick in dressing table", "take brass key"], CFG)
+    table, key = values["put lipstick in dressing table"], values["take brass key"]
+    assert table.hint == "put lipstick in dressing table → similar actions: success 0 of 2"
+    assert table.to_dict()["similar"] == 2
+    assert key.hint == "take brass key → success 2 of 2 (1 by similar action)"
+    exact = action_values(neighbours[2:3], ["take brass key"], CFG)["take brass key"]
+    assert exact.hint == "take brass key → success 1 of 1" and "similar" not in exact.to_dict()
+
+
 def _value(action, value, support, wins=1, n=1):
     return ActionValue(action, value, support, n, wins, n - wins)
 

@@ -91,6 +91,9 @@ class ActionValue:
             them out of its counts.
         role: the action's role here when the task declares roles and it has one (the stored
             steps behind the value matched it by role); the hint names it.
+        similar: votes from stored steps whose action only shared the verb and last word
+            (`ec_partial_weight`), not the action itself; the hint says so, so "success 0 of 10"
+            is never read as ten tries of this very action (`similar_unverified` of them unverified).
     """
 
     action: str
@@ -108,6 +111,8 @@ class ActionValue:
     unverified_successes: int = 0
     defended: bool = False
     role: str | None = None
+    similar: int = 0
+    similar_unverified: int = 0
 
     def shrunk(self, prior: float, weight: float) -> float:
         """The value pulled toward `prior` as if `weight` more support voted for it."""
@@ -126,6 +131,8 @@ class ActionValue:
             "repeated": self.repeated,
             "hint": self.hint,
         }
+        if self.similar:
+            out["similar"] = self.similar
         if self.outliers:
             out["outliers"] = self.outliers
         if self.capped:
@@ -136,12 +143,16 @@ class ActionValue:
     def hint(self) -> str:
         """One line for the prompt, e.g. "take key → success 4 of 5". With the defences on, the counts
         are of environment-verified votes only and the others are added as "(+3 unverified)", so a
-        crowd of forged claims never reads as strong evidence."""
+        crowd of forged claims never reads as strong evidence. Votes of similar actions only (verb and
+        last word) are said to be: "put pen in end table → similar actions: success 0 of 2", or
+        "(1 by a similar action)" beside votes of the action itself."""
         from crl.prompts.memory_text import render_action_value
 
         action = f"{self.action} ({self.role})" if self.role else self.action
         if not (self.defended and self.unverified):
-            return render_action_value(action, self.successes, self.n, self.invalid, self.repeated)
+            return render_action_value(
+                action, self.successes, self.n, self.invalid, self.repeated, similar=self.similar
+            )
         return render_action_value(
             action,
             self.successes - self.unverified_successes,
@@ -149,6 +160,7 @@ class ActionValue:
             self.invalid,
             self.repeated,
             unverified=self.unverified,
+            similar=self.similar - self.similar_unverified,
         )
 
 
@@ -365,6 +377,8 @@ def action_values(
             av.outliers += vote.outlier
             av.unverified += not vote.verified
             av.unverified_successes += not vote.verified and step.episode_outcome == "success"
+            av.similar += m < 1.0
+            av.similar_unverified += m < 1.0 and not vote.verified
             av.evidence.append(step.id)
         av.capped = sum(1 for f in factor.values() if f < 1.0)
         if av.support <= 0:
