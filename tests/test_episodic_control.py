@@ -13,6 +13,7 @@ from crl.memory.retrieval.episodic_control import (
     action_values,
     choose_memory,
     choose_mixed,
+    memory_advantages,
     normalise_action,
     vote_weight,
 )
@@ -128,6 +129,9 @@ def test_the_hint_says_when_its_votes_came_from_similar_actions_only():
     assert key.hint == "take brass key → success 2 of 2 (1 by similar action)"
     exact = action_values(neighbours[2:3], ["take brass key"], CFG)["take brass key"]
     assert exact.hint == "take brass key → success 1 of 1" and "similar" not in exact.to_dict()
+    advantages = memory_advantages(neighbours, ["put lipstick in dressing table", "take brass key"], CFG)
+    assert advantages["put lipstick in dressing table"].to_dict()["similar"] == 2
+    assert advantages["take brass key"].to_dict()["similar"] == 1
 
 
 def _value(action, value, support, wins=1, n=1):

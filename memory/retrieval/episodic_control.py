@@ -509,6 +509,7 @@ class MemoryAdvantage:
         support: the vote weight behind `q` (`ActionValue.support`).
         n: stored steps that voted for the action.
         hint: the evidence in words, e.g. "take key → success 4 of 5".
+        similar: of the n, votes of similar actions only (`ActionValue.similar`).
     """
 
     action: str
@@ -517,6 +518,7 @@ class MemoryAdvantage:
     support: float
     n: int = 0
     hint: str = ""
+    similar: int = 0
 
     @property
     def advantage(self) -> float:
@@ -524,8 +526,8 @@ class MemoryAdvantage:
         return self.q - self.baseline
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready numbers and hint."""
-        return {
+        """JSON-ready numbers and hint (`similar` only when some votes were of similar actions)."""
+        out = {
             "q": round(self.q, 4),
             "baseline": round(self.baseline, 4),
             "advantage": round(self.advantage, 4),
@@ -533,6 +535,9 @@ class MemoryAdvantage:
             "n": self.n,
             "hint": self.hint,
         }
+        if self.similar:
+            out["similar"] = self.similar
+        return out
 
 
 @dataclass(frozen=True)
@@ -648,7 +653,7 @@ def memory_advantages(
         neighbours = same_task_steps(neighbours, task)
     baseline, state_support = state_baseline(neighbours, config, weights)
     found = {
-        action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint)
+        action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint, v.similar)
         for action, v in action_values(neighbours, admissible, config, weights, roles).items()
     }
     if untried is None or state_support <= 0:
