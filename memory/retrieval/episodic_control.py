@@ -145,7 +145,7 @@ class ActionValue:
         are of environment-verified votes only and the others are added as "(+3 unverified)", so a
         crowd of forged claims never reads as strong evidence. Votes of similar actions only (verb and
         last word) are said to be: "put pen in end table → similar actions: success 0 of 2", or
-        "(1 by a similar action)" beside votes of the action itself."""
+        "(1 by similar action)" beside votes of the action itself."""
         from crl.prompts.memory_text import render_action_value
 
         action = f"{self.action} ({self.role})" if self.role else self.action
