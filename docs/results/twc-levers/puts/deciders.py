@@ -5,22 +5,17 @@ model and memory valued the right put beside it.
 """
 
 import collections
-import json
 import statistics
 import sys
 
-right = {k: set(v) for k, v in json.load(open(sys.argv[1])).items()}
+from locmap import load, puts
+
+right = load(sys.argv[1])
 counts: collections.Counter = collections.Counter()
 rows = []
-for line in open(sys.argv[2]):
-    step = json.loads(line)
-    action = step.get("action", "")
-    if step.get("event") != "step" or not action.startswith("put ") or " in " not in action:
-        continue
-    obj, place = action[4:].rsplit(" in ", 1)
-    if obj not in right:
-        continue
-    kind = "right" if step["reward"] > 0 or place in right[obj] else "wrong"
+for step, obj, _place, is_right in puts(sys.argv[2], right):
+    action = step["action"]
+    kind = "right" if is_right else "wrong"
     counts[(kind, step["decided_by"])] += 1
     actions = ((step["extra"].get("policy") or {}).get("posterior") or {}).get("actions", {})
     good = [f"put {obj} in {p}" for p in sorted(right[obj]) if f"put {obj} in {p}" in actions]
