@@ -144,6 +144,7 @@ class MemoryAdvisor:
             weights=replace(weights, synthetic=pack.synthetic_weight),
             purpose=pack.purpose if purposeful else None,
             roles=pack.roles,
+            analogy=self.retriever.analogy,
         )
 
     def evidence_ids(
@@ -158,7 +159,13 @@ class MemoryAdvisor:
             pool = [(step, sim) for step, sim in pack.neighbours if task is None or step.task == task]
         config = self.retriever.config
         nearest = weights.nearest(pool, config.ec_neighbours)
-        index = ActionIndex([action], 0.0, pack.roles if config.ec_action_roles else None)
+        index = ActionIndex(
+            [action],
+            0.0,
+            pack.roles if config.ec_action_roles else None,
+            self.retriever.analogy if config.ec_analogy else None,
+        )
+        index.prepare(step for step, _ in nearest)
         return [step.id for step, _ in nearest if index.matches(step)]
 
     def wants_model(self, admissible: Sequence[str] | None) -> bool:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from crl.memory.ingest import EpisodeTags, build_records
+from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.episodic_control import (
     ActionValue,
@@ -230,3 +232,62 @@ def test_retriever_values_admissible_actions_from_the_bank(bank):
     assert (
         pack[0].to_dict()["action_values"]["take brass key"]["hint"] == "take brass key (take the key) → success 4 of 5"
     )
+
+
+class _PlaceEmbedding:
+    """Fixed 2-d embeddings: clothes along one axis, cosmetics along the other."""
+
+    AXES = {"coat": (1.0, 0.0), "jacket": (0.95, 0.31), "lipstick": (0.0, 1.0), "lip gloss": (0.2, 0.98)}
+    calls = 0
+
+    def __call__(self, texts):
+        type(self).calls += 1
+        return np.array([self.AXES[t] for t in texts], dtype=np.float32)
+
+
+def test_analogy_values_a_new_objects_puts_by_the_outcomes_of_alike_objects_puts_there():
+    """twc: no dev object is in the train bank. By verb and last word, a coat's put on the dressing
+    table and a lipstick's put in the wardrobe both vote for any '... table' / '... wardrobe'; by
+    analogy only the alike object's puts to the same place vote, weighted by the objects' similarity."""
+    neighbours = _votes(
+        ("put jacket in wardrobe", "success", 0, 1.0),
+        ("put jacket in dressing table", "failure", 0, 1.0),
+        ("put lip gloss in dressing table", "success", 0, 1.0),
+        ("put lip gloss in wardrobe", "failure", 0, 1.0),
+        ("put coat in end table", "success", 0, 1.0),
+    )
+    admissible = ["put lipstick in wardrobe", "put lipstick in dressing table"]
+    by_text = action_values(neighbours, admissible, CFG)
+    assert by_text["put lipstick in wardrobe"].value == pytest.approx(0.0)  # a success and a failure, alike
+    cfg = CFG.model_copy(update={"ec_analogy": True, "ec_analogy_min_similarity": 0.3})
+    analogy = PhraseSimilarity(_PlaceEmbedding(), cfg.ec_analogy_min_similarity)
+    values = action_values(neighbours, admissible, cfg, analogy=analogy)
+    table, wardrobe = values["put lipstick in dressing table"], values["put lipstick in wardrobe"]
+    assert list(values) == ["put lipstick in dressing table", "put lipstick in wardrobe"]
+    assert table.value > 0 > wardrobe.value
+    lip_gloss = (0.98 - 0.3) / 0.7  # cos(lipstick, lip gloss) = 0.98
+    jacket = (0.31 - 0.3) / 0.7
+    assert table.support == pytest.approx(lip_gloss + jacket, abs=1e-3)
+    assert table.n == 2 and table.similar == 2 and "similar actions" in table.hint
+    assert "put lipstick in end table" not in action_values(
+        neighbours, ["put lipstick in end table"], cfg, analogy=analogy
+    )
+    coat = action_values(neighbours, ["put coat in wardrobe"], cfg, analogy=analogy)["put coat in wardrobe"]
+    assert coat.value > 0 and coat.support == pytest.approx((0.95 - 0.3) / 0.7, abs=1e-3)
+    off = action_values(neighbours, admissible, CFG, analogy=analogy)
+    assert off["put lipstick in wardrobe"].value == pytest.approx(by_text["put lipstick in wardrobe"].value)
+
+
+def test_analogy_embeds_each_object_once():
+    _PlaceEmbedding.calls = 0
+    analogy = PhraseSimilarity(_PlaceEmbedding(), 0.3)
+    analogy.prepare(["coat", "jacket"])
+    analogy.prepare(["coat", "jacket", "lipstick"])
+    assert analogy.weight("coat", "coat") == 1.0 and analogy.weight("coat", "lipstick") == 0.0
+    assert _PlaceEmbedding.calls == 2 and set(analogy.vectors) == {"coat", "jacket", "lipstick"}
+
+
+def test_action_frame_splits_at_the_last_preposition():
+    assert action_frame("Put the lip gloss in the dressing table") == ("put", "lip gloss", "in", "dressing table")
+    assert action_frame("unlock door with key") == ("unlock", "door", "with", "key")
+    assert action_frame("take brass key") is None and action_frame("go to kitchen") is None

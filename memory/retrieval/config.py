@@ -137,6 +137,18 @@ class RetrievalConfig(BaseModel):
         le=1,
         description="Weight of a stored action matching an admissible one by verb and last word only (take brass key ~ take iron key); 0 maps exact text only.",
     )
+    ec_analogy: bool = Field(
+        False,
+        description="Analogical matching (memory.retrieval.analogy): a stored 'VERB OBJECT PREP TARGET' votes for the "
+        "admissible actions with the same verb, preposition and target, weighted by how alike the two objects' "
+        "embeddings are, instead of by verb and last word (for tasks whose objects never recur between worlds).",
+    )
+    ec_analogy_min_similarity: float = Field(
+        0.3,
+        ge=-1,
+        lt=1,
+        description="Analogical matching: objects less similar than this do not vote; the weight rises linearly to 1 at identity.",
+    )
     ec_action_roles: bool = Field(
         True,
         description="Match stored actions to admissible ones by the role the task gives them (TaskSpec.action_role: 'go through the open door' in any world) where both have one; false matches by text only.",

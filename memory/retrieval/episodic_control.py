@@ -59,7 +59,7 @@ actions never tried here look slightly good and get explored; ties go to a seede
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,7 @@ from crl.memory.actors import actor_key
 from crl.memory.purpose import for_purpose
 from crl.memory.records import StepRecord
 from crl.memory.retrieval.action_roles import ActionRoles
+from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.influence import Vote, cap_shares, counts_as_success, flag_outliers, is_verified, source_of
 from crl.tasks.actions import normalise_action
@@ -250,12 +251,22 @@ class ActionIndex:
     With `roles` (`memory.retrieval.action_roles`), a stored step whose action had a role votes for
     the admissible actions with that role, with weight 1; otherwise it votes by text for those
     without one: exact text after `normalise_action` with weight 1, else verb and last word with
-    weight `partial`.
+    weight `partial`. With `analogy` (`memory.retrieval.analogy`), a stored action with an object and
+    a target votes instead for the admissible ones with the same verb, preposition and target, with
+    the similarity weight of the two objects.
     """
 
-    def __init__(self, admissible: Sequence[str], partial: float, roles: ActionRoles | None = None):
+    def __init__(
+        self,
+        admissible: Sequence[str],
+        partial: float,
+        roles: ActionRoles | None = None,
+        analogy: PhraseSimilarity | None = None,
+    ):
         self.partial = partial
         self.roles = roles
+        self.analogy = analogy
+        self.by_frame: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
         self.by_norm: dict[str, list[str]] = {}
         self.by_shape: dict[tuple[str, str], list[str]] = {}
         self.by_role: dict[str, list[str]] = {}
@@ -268,6 +279,9 @@ class ActionIndex:
                 continue
             norm = normalise_action(a)
             self.by_norm.setdefault(norm, []).append(a)
+            frame = action_frame(norm) if analogy is not None else None
+            if frame:
+                self.by_frame.setdefault((frame[0], frame[2], frame[3]), []).append((a, frame[1]))
             words = norm.split()
             if len(words) >= 2:
                 self.by_shape.setdefault((words[0], words[-1]), []).append(a)
@@ -282,10 +296,26 @@ class ActionIndex:
         exact = self.by_norm.get(stored)
         if exact:
             return [(a, 1.0) for a in exact]
+        frame = action_frame(stored) if self.analogy is not None else None
+        if frame:
+            alike = self.by_frame.get((frame[0], frame[2], frame[3]), [])
+            weighted = [(a, self.analogy.weight(obj, frame[1])) for a, obj in alike]
+            return [(a, w) for a, w in weighted if w > 0]
         words = stored.split()
         if self.partial <= 0 or len(words) < 2:
             return []
         return [(a, self.partial) for a in self.by_shape.get((words[0], words[-1]), [])]
+
+    def prepare(self, steps: Iterable[StepRecord]) -> None:
+        """Embed, in one batch, the objects analogy will compare for these stored steps."""
+        if self.analogy is None:
+            return
+        objects = [obj for pairs in self.by_frame.values() for _, obj in pairs]
+        for step in steps:
+            frame = action_frame(step.action)
+            if frame and (frame[0], frame[2], frame[3]) in self.by_frame:
+                objects.append(frame[1])
+        self.analogy.prepare(objects)
 
 
 def defended_votes(
@@ -329,6 +359,7 @@ def action_values(
     config: RetrievalConfig,
     weights: VoteWeights = VoteWeights(),
     roles: ActionRoles | None = None,
+    analogy: PhraseSimilarity | None = None,
 ) -> dict[str, ActionValue]:
     """Values of the admissible actions from stored steps near the current state.
 
@@ -339,6 +370,8 @@ def action_values(
         weights: the factors on votes by their source, actor and world (`VoteWeights`).
         roles: the task's action roles in the current state (`ActionIndex`); ignored when
             `config.ec_action_roles` is off.
+        analogy: object similarity for analogical matching (`memory.retrieval.analogy`); used when
+            `config.ec_analogy` is on.
 
     Returns:
         The admissible actions that got at least one vote, best first by value shrunk toward
@@ -347,7 +380,13 @@ def action_values(
         count with `outlier_weight`, and no source holds more than `max_source_share` of an
         action's support.
     """
-    index = ActionIndex(admissible, config.ec_partial_weight, roles if config.ec_action_roles else None)
+    index = ActionIndex(
+        admissible,
+        config.ec_partial_weight,
+        roles if config.ec_action_roles else None,
+        analogy if config.ec_analogy else None,
+    )
+    index.prepare(step for step, _ in neighbours)
     matched = {id(step): index.matches(step) for step, _ in neighbours}
     actions_of = {step.id: [a for a, _ in matched[id(step)]] for step, _ in neighbours}
     votes = defended_votes(neighbours, config, weights, actions_of)
@@ -621,6 +660,7 @@ def memory_advantages(
     weights: VoteWeights = VoteWeights(),
     purpose: str | None = None,
     roles: ActionRoles | None = None,
+    analogy: PhraseSimilarity | None = None,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -639,6 +679,7 @@ def memory_advantages(
         purpose: when given (instead of `task`), only steps that worked toward this sub-goal vote,
             from any task of the family, each valued by whether it reached it (`memory.purpose`).
         roles: the task's action roles in the current state, as in `action_values`.
+        analogy: object similarity for analogical matching, as in `action_values`.
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -654,7 +695,7 @@ def memory_advantages(
     baseline, state_support = state_baseline(neighbours, config, weights)
     found = {
         action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint, v.similar)
-        for action, v in action_values(neighbours, admissible, config, weights, roles).items()
+        for action, v in action_values(neighbours, admissible, config, weights, roles, analogy).items()
     }
     if untried is None or state_support <= 0:
         return found

@@ -53,6 +53,7 @@ import numpy as np
 
 from crl.memory.records import RULE_SCOPE_ALL, StepRecord, state_text
 from crl.memory.retrieval.action_roles import ActionRoles, roles_for
+from crl.memory.retrieval.analogy import PhraseSimilarity
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.credit import family_success_rate
 from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, relevance
@@ -307,6 +308,7 @@ class Retriever:
         self.last_timing: dict[str, float] = {}
         self._scrub_memo: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
         self.fanout = Fanout(self.config.query_threads)
+        self.analogy = PhraseSimilarity(lambda texts: self.bank.embed(texts), self.config.ec_analogy_min_similarity)
 
     @property
     def cross_encoder(self) -> Any:
@@ -375,7 +377,12 @@ class Retriever:
                     pack.neighbours = near
                     pack.roles = roles_for(queries[i].task, queries[i].observation)
                     pack.action_values = action_values(
-                        near, queries[i].admissible, cfg, VoteWeights(synthetic=got.synthetic_weight), roles=pack.roles
+                        near,
+                        queries[i].admissible,
+                        cfg,
+                        VoteWeights(synthetic=got.synthetic_weight),
+                        roles=pack.roles,
+                        analogy=self.analogy,
                     )
                     if queries[i].purpose:
                         pack.purpose = queries[i].purpose
