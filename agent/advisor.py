@@ -145,6 +145,7 @@ class MemoryAdvisor:
             purpose=pack.purpose if purposeful else None,
             roles=pack.roles,
             analogy=self.retriever.analogy,
+            analogous=pack.analogous,
         )
 
     def evidence_ids(

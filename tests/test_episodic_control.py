@@ -16,6 +16,7 @@ from crl.memory.retrieval.episodic_control import (
     choose_memory,
     choose_mixed,
     memory_advantages,
+    merge_analogous,
     normalise_action,
     vote_weight,
 )
@@ -291,3 +292,48 @@ def test_action_frame_splits_at_the_last_preposition():
     assert action_frame("Put the lip gloss in the dressing table") == ("put", "lip gloss", "in", "dressing table")
     assert action_frame("unlock door with key") == ("unlock", "door", "with", "key")
     assert action_frame("take brass key") is None and action_frame("go to kitchen") is None
+
+
+def test_analogous_values_reach_alike_objects_puts_from_any_state_and_stand_in_for_thin_local_votes(bank):
+    """Nothing stored is near the query state, so episodic control has no votes; the family-wide
+    analogy values the new object's puts by the alike object's (hashing embedding: 'red coat' and
+    'blue coat' share a word, 'fork' shares none)."""
+    far = ["You are in the hall of mirrors.", "The hall of mirrors again."]
+    for i in range(3):
+        bank.ingest_episode(episode("r1", i, ["put blue coat in wardrobe"], True, far[:1], task="twx/twc"))
+        bank.ingest_episode(episode("r2", i, ["put blue coat in sink"], False, far[1:], task="twx/twc"))
+    bank.ingest_episode(episode("r3", 0, ["put fork in sink"], True, far[1:], task="twx/twc"))
+    bank.ingest_episode(episode("r4", 0, ["put red coat in sink"], True, far[1:], task="keyroom/key"))
+    bank.flush()
+    admissible = ["put red coat in wardrobe", "put red coat in sink", "put red coat in oven"]
+    query = RetrievalQuery("twx", "twx/twc", "Tidy up.", "A bedroom with a bed.", [], admissible)
+    plain = Retriever(bank, RetrievalConfig(epsilon=0.0)).retrieve([query])[0]
+    assert plain.action_values == {} and plain.analogous == {}
+    cfg = RetrievalConfig(epsilon=0.0, ec_analogy=True)
+    retriever = Retriever(bank, cfg)
+    pack = retriever.retrieve([query])[0]
+    wardrobe, sink = pack.analogous["put red coat in wardrobe"], pack.analogous["put red coat in sink"]
+    assert list(pack.action_values) == ["put red coat in wardrobe", "put red coat in sink"]
+    assert wardrobe.value > 0 > sink.value and (wardrobe.n, sink.n) == (3, 3)  # the fork and keyroom/key do not vote
+    assert sink.hint == "put red coat in sink → similar actions: success 0 of 3"
+    advantages = memory_advantages(pack.neighbours, admissible, cfg, analogous=pack.analogous)
+    assert advantages["put red coat in wardrobe"].advantage > 0 > advantages["put red coat in sink"].advantage
+    assert "put red coat in oven" not in advantages
+    bank.ingest_episode(episode("r5", 0, ["put blue coat in oven"], True, far[:1], task="twx/twc"))
+    bank.flush()
+    assert "put red coat in oven" in retriever.retrieve([query])[0].analogous  # the table is read again
+
+
+def test_merge_analogous_keeps_local_values_of_the_action_itself():
+    local = {
+        "put coat in wardrobe": ActionValue("put coat in wardrobe", -0.5, 1.0, 2, 0, 2),
+        "put coat in sink": ActionValue("put coat in sink", 0.4, 0.5, 1, 1, 0, similar=1),
+    }
+    analogous = {
+        "put coat in wardrobe": ActionValue("put coat in wardrobe", 0.9, 3.0, 3, 3, 0, similar=3),
+        "put coat in sink": ActionValue("put coat in sink", -0.8, 3.0, 3, 0, 3, similar=3),
+    }
+    merged = merge_analogous(local, analogous, CFG)
+    assert merged["put coat in wardrobe"] is local["put coat in wardrobe"]  # tried here: its own votes
+    assert merged["put coat in sink"] is analogous["put coat in sink"]  # only a similar action's vote here
+    assert list(merged) == ["put coat in wardrobe", "put coat in sink"]  # -0.25 and -0.6 after shrinking

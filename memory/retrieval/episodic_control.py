@@ -428,6 +428,19 @@ def action_values(
     return dict(sorted(acc.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
 
 
+def merge_analogous(
+    local: dict[str, ActionValue], analogous: dict[str, ActionValue], config: RetrievalConfig
+) -> dict[str, ActionValue]:
+    """`local` values where the nearest states voted for the action itself (a vote that was not
+    by a similar action), the analogous value otherwise; best first as in `action_values`."""
+    merged = dict(analogous)
+    for action, value in local.items():
+        if value.n > value.similar or action not in analogous:
+            merged[action] = value
+    c = config.ec_prior_weight
+    return dict(sorted(merged.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
+
+
 def _lookup(values: dict[str, ActionValue], action: str) -> ActionValue | None:
     if action in values:
         return values[action]
@@ -661,6 +674,7 @@ def memory_advantages(
     purpose: str | None = None,
     roles: ActionRoles | None = None,
     analogy: PhraseSimilarity | None = None,
+    analogous: dict[str, ActionValue] | None = None,
 ) -> dict[str, MemoryAdvantage]:
     """Memory's advantage of each admissible action it has evidence on.
 
@@ -680,6 +694,9 @@ def memory_advantages(
             from any task of the family, each valued by whether it reached it (`memory.purpose`).
         roles: the task's action roles in the current state, as in `action_values`.
         analogy: object similarity for analogical matching, as in `action_values`.
+        analogous: the family-wide analogical values (`memory.retrieval.analogous_values`,
+            `ContextPack.analogous`); they stand in for actions the neighbours did not vote for
+            themselves (`merge_analogous`).
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -693,9 +710,12 @@ def memory_advantages(
     elif task is not None:
         neighbours = same_task_steps(neighbours, task)
     baseline, state_support = state_baseline(neighbours, config, weights)
+    values = action_values(neighbours, admissible, config, weights, roles, analogy)
+    if analogous:
+        values = merge_analogous(values, analogous, config)
     found = {
         action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint, v.similar)
-        for action, v in action_values(neighbours, admissible, config, weights, roles, analogy).items()
+        for action, v in values.items()
     }
     if untried is None or state_support <= 0:
         return found

@@ -53,11 +53,12 @@ import numpy as np
 
 from crl.memory.records import RULE_SCOPE_ALL, StepRecord, state_text
 from crl.memory.retrieval.action_roles import ActionRoles, roles_for
+from crl.memory.retrieval.analogous_values import FrameSteps, analogous_values
 from crl.memory.retrieval.analogy import PhraseSimilarity
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.credit import family_success_rate
 from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, relevance
-from crl.memory.retrieval.episodic_control import ActionValue, VoteWeights, action_values
+from crl.memory.retrieval.episodic_control import ActionValue, VoteWeights, action_values, merge_analogous
 from crl.memory.retrieval.fanout import Fanout
 from crl.memory.retrieval.influence import claims_success, counts_as_success
 from crl.memory.retrieval.rerank import Candidate, ScoredMemory, explore, rank
@@ -123,6 +124,9 @@ class ContextPack:
             working toward it (None when the query named none), for skill-conditioned values.
         roles: the task's action roles in the query's state (`memory.retrieval.action_roles`),
             None when the task declares none; pass it to `memory_advantages` with `neighbours`.
+        analogous: with `ec_analogy`, the admissible actions' family-wide analogical values
+            (`memory.retrieval.analogous_values`), already merged into `action_values`; pass them
+            to `memory_advantages` with `neighbours`.
     """
 
     query_text: str
@@ -138,6 +142,7 @@ class ContextPack:
     purpose: str | None = None
     purpose_neighbours: list[tuple[StepRecord, float]] | None = field(default=None, repr=False)
     roles: ActionRoles | None = field(default=None, repr=False)
+    analogous: dict[str, ActionValue] = field(default_factory=dict, repr=False)
 
     def used_ids(self) -> list[str]:
         """Ids of the memories put into the prompt: successes, failures, hints and rules."""
@@ -309,6 +314,7 @@ class Retriever:
         self._scrub_memo: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
         self.fanout = Fanout(self.config.query_threads)
         self.analogy = PhraseSimilarity(lambda texts: self.bank.embed(texts), self.config.ec_analogy_min_similarity)
+        self.frames = FrameSteps(bank, self._trusted())
 
     @property
     def cross_encoder(self) -> Any:
@@ -384,6 +390,16 @@ class Retriever:
                         roles=pack.roles,
                         analogy=self.analogy,
                     )
+                    if cfg.ec_analogy:
+                        pack.analogous = analogous_values(
+                            self.frames.of(family),
+                            queries[i].admissible,
+                            cfg,
+                            self.analogy,
+                            task=queries[i].task,
+                            synthetic_weight=got.synthetic_weight,
+                        )
+                        pack.action_values = merge_analogous(pack.action_values, pack.analogous, cfg)
                     if queries[i].purpose:
                         pack.purpose = queries[i].purpose
                         pack.purpose_neighbours = purposeful[i]

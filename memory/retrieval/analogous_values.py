@@ -1,0 +1,98 @@
+"""Analogical action values from the whole family, for actions the nearest states say nothing of.
+
+Episodic control reads values from the 20 stored steps nearest the current state. On a world
+whose objects no stored world held (twc's dev and test folds), those steps rarely include a put of
+an alike object to a place listed here, so the few analogical votes they hold (`ActionIndex` with
+`ec_analogy`) are thin, and the untried prior decides. An action's analogues need not come from
+alike states: "put lip gloss in dressing table" says where lipstick goes wherever it was taken.
+With `ec_analogy` on, every stored step of the family (and task) whose action has an object and a
+target votes for the admissible actions with the same verb, preposition and target, weighted by
+the objects' similarity alone (`PhraseSimilarity.weight`), valued by what followed it
+(`step_return`). These values stand in for an action's local value unless the nearest states
+voted for the action itself (`episodic_control.merge_analogous`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from crl.memory.records import StepRecord
+from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
+from crl.memory.retrieval.config import RetrievalConfig
+from crl.memory.retrieval.episodic_control import ActionValue, erased, step_return
+from crl.memory.retrieval.influence import counts_as_success
+
+Frame = tuple[str, str, str]
+
+
+class FrameSteps:
+    """Every stored step of a family whose action has an object and a target, by (verb, preposition,
+    target); read from the bank on first use and again whenever the family's step count changed."""
+
+    def __init__(self, bank, trusted: Callable[[StepRecord], bool] = lambda step: True):
+        self.bank = bank
+        self.trusted = trusted
+        self._tables: dict[str, tuple[int, dict[Frame, list[tuple[str, StepRecord]]]]] = {}
+
+    def of(self, family: str) -> dict[Frame, list[tuple[str, StepRecord]]]:
+        """(verb, preposition, target) -> (object, stored step) for the family's trusted steps."""
+        count = self.bank.view.count("step", family)
+        cached = self._tables.get(family)
+        if cached is not None and cached[0] == count:
+            return cached[1]
+        table: dict[Frame, list[tuple[str, StepRecord]]] = {}
+        for step in self.bank.ls("step", family=family):
+            frame = action_frame(step.action) if step.tier != "quarantine" and self.trusted(step) else None
+            if frame:
+                table.setdefault((frame[0], frame[2], frame[3]), []).append((frame[1], step))
+        self._tables[family] = (count, table)
+        return table
+
+
+def analogous_values(
+    table: dict[Frame, list[tuple[str, StepRecord]]],
+    admissible: Sequence[str],
+    config: RetrievalConfig,
+    analogy: PhraseSimilarity,
+    task: str | None = None,
+    synthetic_weight: float = 1.0,
+) -> dict[str, ActionValue]:
+    """The value of each admissible "VERB OBJECT PREP TARGET" action from every stored step with the
+    same verb, preposition and target (of `task` when given), weighted by the objects' similarity
+    (and `synthetic_weight` for synthetic steps); best first as in `action_values`. With the
+    verified-only defence on, a success the environment did not verify does not vote."""
+    verified_only = config.defence("verified_only")
+    out: dict[str, ActionValue] = {}
+    for action in dict.fromkeys(admissible):
+        frame = action_frame(action)
+        stored = table.get((frame[0], frame[2], frame[3]), []) if frame else []
+        stored = [
+            (obj, step)
+            for obj, step in stored
+            if (task is None or step.task == task)
+            and not (verified_only and step.episode_outcome == "success" and not counts_as_success(step))
+        ]
+        if not stored:
+            continue
+        analogy.prepare([frame[1], *(obj for obj, _ in stored)])
+        av = ActionValue(action, 0.0, 0.0, 0, 0, 0)
+        total = 0.0
+        for obj, step in stored:
+            w = analogy.weight(frame[1], obj) * (synthetic_weight if step.source == "synthetic" else 1.0)
+            r = step_return(step, config)
+            if w <= 0 or r is None:
+                continue
+            av.support += w
+            total += w * r
+            av.n += 1
+            av.successes += step.episode_outcome == "success" and not erased(step, config)
+            av.failures += step.episode_outcome == "failure"
+            av.invalid += not step.valid
+            av.repeated += step.valid and step.repeated
+            av.similar += obj != frame[1]
+            av.evidence.append(step.id)
+        if av.support > 0:
+            av.value = total / av.support
+            out[action] = av
+    c = config.ec_prior_weight
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
