@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from crl.memory.ingest import EpisodeTags, build_records
+from crl.memory.retrieval.analogous_values import analogue_return
 from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.episodic_control import (
@@ -18,6 +19,7 @@ from crl.memory.retrieval.episodic_control import (
     memory_advantages,
     merge_analogous,
     normalise_action,
+    step_return,
     vote_weight,
 )
 from crl.memory.retrieval.retriever import RetrievalQuery, Retriever
@@ -294,16 +296,23 @@ def test_action_frame_splits_at_the_last_preposition():
     assert action_frame("take brass key") is None and action_frame("go to kitchen") is None
 
 
+def _put(run_id, i, action, scored, observation, task="twx/twc"):
+    """A one-step episode whose put scored (reached a sub-goal and won) or did not."""
+    ep = episode(run_id, i, [action], scored, [observation], task=task)
+    ep.steps[0].info = {"subgoals": {"object put away": scored}}
+    return ep
+
+
 def test_analogous_values_reach_alike_objects_puts_from_any_state_and_stand_in_for_thin_local_votes(bank):
     """Nothing stored is near the query state, so episodic control has no votes; the family-wide
     analogy values the new object's puts by the alike object's (hashing embedding: 'red coat' and
     'blue coat' share a word, 'fork' shares none)."""
     far = ["You are in the hall of mirrors.", "The hall of mirrors again."]
     for i in range(3):
-        bank.ingest_episode(episode("r1", i, ["put blue coat in wardrobe"], True, far[:1], task="twx/twc"))
-        bank.ingest_episode(episode("r2", i, ["put blue coat in sink"], False, far[1:], task="twx/twc"))
-    bank.ingest_episode(episode("r3", 0, ["put fork in sink"], True, far[1:], task="twx/twc"))
-    bank.ingest_episode(episode("r4", 0, ["put red coat in sink"], True, far[1:], task="keyroom/key"))
+        bank.ingest_episode(_put("r1", i, "put blue coat in wardrobe", True, far[0]))
+        bank.ingest_episode(_put("r2", i, "put blue coat in sink", False, far[1]))
+    bank.ingest_episode(_put("r3", 0, "put fork in sink", True, far[1]))
+    bank.ingest_episode(_put("r4", 0, "put red coat in sink", True, far[1], task="keyroom/key"))
     bank.flush()
     admissible = ["put red coat in wardrobe", "put red coat in sink", "put red coat in oven"]
     query = RetrievalQuery("twx", "twx/twc", "Tidy up.", "A bedroom with a bed.", [], admissible)
@@ -314,14 +323,26 @@ def test_analogous_values_reach_alike_objects_puts_from_any_state_and_stand_in_f
     pack = retriever.retrieve([query])[0]
     wardrobe, sink = pack.analogous["put red coat in wardrobe"], pack.analogous["put red coat in sink"]
     assert list(pack.action_values) == ["put red coat in wardrobe", "put red coat in sink"]
-    assert wardrobe.value > 0 > sink.value and (wardrobe.n, sink.n) == (3, 3)  # the fork and keyroom/key do not vote
+    assert wardrobe.value == pytest.approx(1.0) and sink.value < 0  # the fork and keyroom/key do not vote
+    assert (wardrobe.n, sink.n) == (3, 3)
+    assert wardrobe.hint == "put red coat in wardrobe → similar actions: success 3 of 3"
     assert sink.hint == "put red coat in sink → similar actions: success 0 of 3"
     advantages = memory_advantages(pack.neighbours, admissible, cfg, analogous=pack.analogous)
     assert advantages["put red coat in wardrobe"].advantage > 0 > advantages["put red coat in sink"].advantage
     assert "put red coat in oven" not in advantages
-    bank.ingest_episode(episode("r5", 0, ["put blue coat in oven"], True, far[:1], task="twx/twc"))
+    bank.ingest_episode(_put("r5", 0, "put blue coat in oven", True, far[0]))
     bank.flush()
     assert "put red coat in oven" in retriever.retrieve([query])[0].analogous  # the table is read again
+
+
+def test_an_analogue_is_credited_with_what_it_did_not_with_its_episodes_later_win():
+    cfg = RetrievalConfig()
+    scored = step_record("e0", 0, "put coat in wardrobe", "success", length=3, subgoal_in=0)
+    missed = step_record("e1", 0, "put coat in sink", "success", length=3, subgoal_in=1)
+    lost = step_record("e2", 0, "put coat in sink", "failure", length=2)
+    assert analogue_return(scored, cfg) == 1.0
+    assert step_return(missed, cfg) > 0 and analogue_return(missed, cfg) == 0.0
+    assert analogue_return(lost, cfg) == step_return(lost, cfg) < 0
 
 
 def test_merge_analogous_keeps_local_values_of_the_action_itself():

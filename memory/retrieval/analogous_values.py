@@ -7,8 +7,11 @@ an alike object to a place listed here, so the few analogical votes they hold (`
 alike states: "put lip gloss in dressing table" says where lipstick goes wherever it was taken.
 With `ec_analogy` on, every stored step of the family (and task) whose action has an object and a
 target votes for the admissible actions with the same verb, preposition and target, weighted by
-the objects' similarity alone (`PhraseSimilarity.weight`), valued by what followed it
-(`step_return`). These values stand in for an action's local value unless the nearest states
+the objects' similarity alone (`PhraseSimilarity.weight`), valued by what it did itself: +1 when
+it reached a sub-goal (`StepRecord.subgoal_in` = 0: the put that scored), else what followed it
+(`step_return`) capped at 0. An analogue from an unrelated state is credited with its own effect,
+never with its episode's later win (a wrong put in a game won after the object was moved again
+says nothing good about that place). These values stand in for an action's local value unless the nearest states
 voted for the action itself (`episodic_control.merge_analogous`).
 """
 
@@ -19,7 +22,7 @@ from collections.abc import Callable, Sequence
 from crl.memory.records import StepRecord
 from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
-from crl.memory.retrieval.episodic_control import ActionValue, erased, step_return
+from crl.memory.retrieval.episodic_control import ActionValue, step_return
 from crl.memory.retrieval.influence import counts_as_success
 
 Frame = tuple[str, str, str]
@@ -49,6 +52,14 @@ class FrameSteps:
         return table
 
 
+def analogue_return(step: StepRecord, config: RetrievalConfig) -> float | None:
+    """+1 for a step that reached a sub-goal itself, else `step_return` capped at 0 (None: unfinished)."""
+    r = step_return(step, config)
+    if r is None:
+        return None
+    return 1.0 if step.subgoal_in == 0 and step.valid else min(r, 0.0)
+
+
 def analogous_values(
     table: dict[Frame, list[tuple[str, StepRecord]]],
     admissible: Sequence[str],
@@ -59,7 +70,8 @@ def analogous_values(
 ) -> dict[str, ActionValue]:
     """The value of each admissible "VERB OBJECT PREP TARGET" action from every stored step with the
     same verb, preposition and target (of `task` when given), weighted by the objects' similarity
-    (and `synthetic_weight` for synthetic steps); best first as in `action_values`. With the
+    (and `synthetic_weight` for synthetic steps) and valued by `analogue_return`; best first as in
+    `action_values`. `successes` counts the analogues that reached a sub-goal themselves. With the
     verified-only defence on, a success the environment did not verify does not vote."""
     verified_only = config.defence("verified_only")
     out: dict[str, ActionValue] = {}
@@ -79,13 +91,13 @@ def analogous_values(
         total = 0.0
         for obj, step in stored:
             w = analogy.weight(frame[1], obj) * (synthetic_weight if step.source == "synthetic" else 1.0)
-            r = step_return(step, config)
+            r = analogue_return(step, config)
             if w <= 0 or r is None:
                 continue
             av.support += w
             total += w * r
             av.n += 1
-            av.successes += step.episode_outcome == "success" and not erased(step, config)
+            av.successes += step.subgoal_in == 0
             av.failures += step.episode_outcome == "failure"
             av.invalid += not step.valid
             av.repeated += step.valid and step.repeated
