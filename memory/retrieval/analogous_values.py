@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from crl.memory.records import StepRecord
 from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
-from crl.memory.retrieval.episodic_control import ActionValue, step_return
+from crl.memory.retrieval.episodic_control import ActionValue, best_first, step_return
 from crl.memory.retrieval.influence import counts_as_success
 
 Frame = tuple[str, str, str]
@@ -88,23 +88,11 @@ def analogous_values(
             continue
         analogy.prepare([frame[1], *(obj for obj, _ in stored)])
         av = ActionValue(action, 0.0, 0.0, 0, 0, 0)
-        total = 0.0
         for obj, step in stored:
             w = analogy.weight(frame[1], obj) * (synthetic_weight if step.source == "synthetic" else 1.0)
             r = analogue_return(step, config)
-            if w <= 0 or r is None:
-                continue
-            av.support += w
-            total += w * r
-            av.n += 1
-            av.successes += step.subgoal_in == 0
-            av.failures += step.episode_outcome == "failure"
-            av.invalid += not step.valid
-            av.repeated += step.valid and step.repeated
-            av.similar += obj != frame[1]
-            av.evidence.append(step.id)
+            if w > 0 and r is not None:
+                av.add_vote(step, w, r, step.subgoal_in == 0, obj != frame[1])
         if av.support > 0:
-            av.value = total / av.support
             out[action] = av
-    c = config.ec_prior_weight
-    return dict(sorted(out.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
+    return best_first(out, config)

@@ -114,6 +114,34 @@ class ActionValue:
     role: str | None = None
     similar: int = 0
     similar_unverified: int = 0
+    weighted_return: float = field(default=0.0, repr=False)
+
+    def add_vote(
+        self,
+        step: StepRecord,
+        weight: float,
+        ret: float,
+        success: bool,
+        similar: bool,
+        verified: bool = True,
+        outlier: bool = False,
+    ) -> None:
+        """Count one stored step's vote: `weight` into the support, `weight * ret` into the value
+        (`value` = weighted mean once every vote is in), and the step into the tallies."""
+        self.support += weight
+        self.weighted_return += weight * ret
+        self.value = self.weighted_return / self.support if self.support > 0 else 0.0
+        self.n += 1
+        self.successes += success
+        self.failures += step.episode_outcome == "failure"
+        self.invalid += not step.valid
+        self.repeated += step.valid and step.repeated
+        self.outliers += outlier
+        self.unverified += not verified
+        self.unverified_successes += not verified and step.episode_outcome == "success"
+        self.similar += similar
+        self.similar_unverified += similar and not verified
+        self.evidence.append(step.id)
 
     def shrunk(self, prior: float, weight: float) -> float:
         """The value pulled toward `prior` as if `weight` more support voted for it."""
@@ -402,30 +430,23 @@ def action_values(
             by_source[vote.source] = by_source.get(vote.source, 0.0) + vote.weight * m
         factor = cap_shares(by_source, share, config.ec_prior_weight, {v.source for v, _ in cast if v.verified})
         av = ActionValue(action, 0.0, 0.0, 0, 0, 0, defended=config.defences, role=index.role_of.get(action))
-        total = 0.0
         for vote, m in cast:
-            w = vote.weight * m * factor[vote.source]
             step = vote.step
-            av.support += w
-            total += w * vote.ret
-            av.n += 1
-            av.successes += step.episode_outcome == "success" and not erased(step, config)
-            av.failures += step.episode_outcome == "failure"
-            av.invalid += not step.valid
-            av.repeated += step.valid and step.repeated
-            av.outliers += vote.outlier
-            av.unverified += not vote.verified
-            av.unverified_successes += not vote.verified and step.episode_outcome == "success"
-            av.similar += m < 1.0
-            av.similar_unverified += m < 1.0 and not vote.verified
-            av.evidence.append(step.id)
+            success = step.episode_outcome == "success" and not erased(step, config)
+            av.add_vote(
+                step, vote.weight * m * factor[vote.source], vote.ret, success, m < 1.0, vote.verified, vote.outlier
+            )
         av.capped = sum(1 for f in factor.values() if f < 1.0)
-        if av.support <= 0:
-            continue
-        av.value = total / av.support
-        acc[action] = av
+        if av.support > 0:
+            acc[action] = av
+    return best_first(acc, config)
+
+
+def best_first(values: dict[str, ActionValue], config: RetrievalConfig) -> dict[str, ActionValue]:
+    """The values ordered best first by value shrunk toward 0 with `ec_prior_weight` pseudo-support
+    (ties by action text)."""
     c = config.ec_prior_weight
-    return dict(sorted(acc.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
+    return dict(sorted(values.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
 
 
 def merge_analogous(
@@ -437,8 +458,7 @@ def merge_analogous(
     for action, value in local.items():
         if value.n > value.similar or action not in analogous:
             merged[action] = value
-    c = config.ec_prior_weight
-    return dict(sorted(merged.items(), key=lambda kv: (-kv[1].shrunk(0.0, c), kv[0])))
+    return best_first(merged, config)
 
 
 def _lookup(values: dict[str, ActionValue], action: str) -> ActionValue | None:
