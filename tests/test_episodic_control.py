@@ -288,6 +288,11 @@ def test_analogy_embeds_each_object_once():
     analogy.prepare(["coat", "jacket", "lipstick"])
     assert analogy.weight("coat", "coat") == 1.0 and analogy.weight("coat", "lipstick") == 0.0
     assert _PlaceEmbedding.calls == 2 and set(analogy.vectors) == {"coat", "jacket", "lipstick"}
+    capped = PhraseSimilarity(_PlaceEmbedding(), 0.3, max_phrases=2)
+    for phrase in ("coat", "jacket", "lipstick"):
+        capped.prepare([phrase])
+    assert set(capped.vectors) == {"jacket", "lipstick"}  # the oldest went
+    assert capped.weight("coat", "jacket") > 0.9 and set(capped.vectors) == {"coat", "jacket"}
 
 
 def test_action_frame_splits_at_the_last_preposition():

@@ -44,19 +44,25 @@ def action_frame(action: str) -> tuple[str, str, str, str] | None:
 
 class PhraseSimilarity:
     """Cosine similarity of short phrases (objects) under an embedding function, each phrase embedded
-    once per instance (`prepare` embeds a batch of new ones in one call)."""
+    once while it stays among the `max_phrases` kept (`prepare` embeds a batch of new ones in one
+    call; past the cap the oldest are dropped, so a long run's memory stays bounded)."""
 
-    def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], min_similarity: float):
+    def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], min_similarity: float, max_phrases: int = 20_000):
         self.embed = embed
         self.min_similarity = min_similarity
+        self.max_phrases = max_phrases
         self.vectors: dict[str, np.ndarray] = {}
 
     def prepare(self, phrases: Iterable[str]) -> None:
-        """Embed the phrases not seen yet, in one batch."""
-        new = sorted({p for p in phrases if p not in self.vectors})
+        """Embed the phrases not seen yet, in one batch (the phrases asked for stay kept)."""
+        wanted = set(phrases)
+        new = sorted(p for p in wanted if p not in self.vectors)
         if new:
             for phrase, vector in zip(new, np.asarray(self.embed(new), dtype=np.float32)):
                 self.vectors[phrase] = vector / max(float(np.linalg.norm(vector)), 1e-12)
+            excess = len(self.vectors) - max(self.max_phrases, len(wanted))
+            for old in [p for p in self.vectors if p not in wanted][: max(0, excess)]:
+                del self.vectors[old]
 
     def similarity(self, a: str, b: str) -> float:
         """Cosine of the two phrases' embeddings (1 for the same phrase)."""
