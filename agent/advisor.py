@@ -10,6 +10,7 @@ from typing import Literal
 
 from crl.memory.actors import actor_key
 from crl.memory.records import EpisodeRecord, StepRecord
+from crl.memory.retrieval.analogy import PhraseSimilarity
 from crl.memory.retrieval.credit import credit_episode
 from crl.memory.retrieval.episodic_control import (
     ActionIndex,
@@ -144,7 +145,7 @@ class MemoryAdvisor:
             weights=replace(weights, synthetic=pack.synthetic_weight),
             purpose=pack.purpose if purposeful else None,
             roles=pack.roles,
-            analogy=self.retriever.analogy,
+            analogy=self.analogy,
             analogous=pack.analogous,
         )
 
@@ -164,10 +165,15 @@ class MemoryAdvisor:
             [action],
             0.0,
             pack.roles if config.ec_action_roles else None,
-            self.retriever.analogy if config.ec_analogy else None,
+            self.analogy if config.ec_analogy else None,
         )
         index.prepare(step for step, _ in nearest)
         return [step.id for step, _ in nearest if index.matches(step)]
+
+    @property
+    def analogy(self) -> PhraseSimilarity | None:
+        """The retriever's object similarity for analogical values (None from a retriever without one)."""
+        return getattr(self.retriever, "analogy", None)
 
     def wants_model(self, admissible: Sequence[str] | None) -> bool:
         """Whether the model is asked at all (the memory policy acts alone where it can)."""

@@ -294,7 +294,7 @@ class Runner:
                     task=session.episode.task if config.same_task else None,
                     untried=config.untried,
                     weights=self._vote_weights(session, pack.synthetic_weight),
-                    analogy=advisor.retriever.analogy,
+                    analogy=advisor.analogy,
                 )
             draw = self.posterior.config.draw if self.posterior is not None else 0
             rng = decision_rng(
