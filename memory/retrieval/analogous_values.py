@@ -11,8 +11,8 @@ the objects' similarity alone (`PhraseSimilarity.weight`), valued by what it did
 it reached a sub-goal (`StepRecord.subgoal_in` = 0: the put that scored), else what followed it
 (`step_return`) capped at 0. An analogue from an unrelated state is credited with its own effect,
 never with its episode's later win (a wrong put in a game won after the object was moved again
-says nothing good about that place). These values stand in for an action's local value unless the nearest states
-voted for the action itself (`episodic_control.merge_analogous`).
+says nothing good about that place). These values stand in for an action's local value unless the
+nearest states voted for the action itself (`episodic_control.merge_analogous`).
 """
 
 from __future__ import annotations

@@ -139,9 +139,11 @@ class RetrievalConfig(BaseModel):
     )
     ec_analogy: bool = Field(
         False,
-        description="Analogical matching (memory.retrieval.analogy): a stored 'VERB OBJECT PREP TARGET' votes for the "
-        "admissible actions with the same verb, preposition and target, weighted by how alike the two objects' "
-        "embeddings are, instead of by verb and last word (for tasks whose objects never recur between worlds).",
+        description="Analogical values (memory.retrieval.analogy, memory.retrieval.analogous_values): a stored "
+        "'VERB OBJECT PREP TARGET' votes for the admissible actions with the same verb, preposition and target, "
+        "weighted by how alike the two objects' embeddings are, instead of by verb and last word; every such step of "
+        "the task votes, from any state, where the nearest states did not vote for the action itself (for tasks "
+        "whose objects never recur between worlds).",
     )
     ec_analogy_min_similarity: float = Field(
         0.3,
