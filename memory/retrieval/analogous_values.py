@@ -23,9 +23,9 @@ from crl.memory.records import StepRecord
 from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.episodic_control import ActionValue, best_first, step_return
-from crl.memory.retrieval.influence import counts_as_success
 
-Frame = tuple[str, str, str]
+FrameTable = dict[tuple[str, str, str], list[tuple[str, StepRecord]]]
+"""(verb, preposition, target) -> (object, stored step) for each stored step with that frame."""
 
 
 class FrameSteps:
@@ -35,19 +35,19 @@ class FrameSteps:
     def __init__(self, bank, trusted: Callable[[StepRecord], bool] = lambda step: True):
         self.bank = bank
         self.trusted = trusted
-        self._tables: dict[str, tuple[int, dict[Frame, list[tuple[str, StepRecord]]]]] = {}
+        self._tables: dict[str, tuple[int, FrameTable]] = {}
 
-    def of(self, family: str) -> dict[Frame, list[tuple[str, StepRecord]]]:
+    def of(self, family: str) -> FrameTable:
         """(verb, preposition, target) -> (object, stored step) for the family's trusted steps."""
         count = self.bank.view.count("step", family)
         cached = self._tables.get(family)
         if cached is not None and cached[0] == count:
             return cached[1]
-        table: dict[Frame, list[tuple[str, StepRecord]]] = {}
+        table: FrameTable = {}
         for step in self.bank.ls("step", family=family):
             frame = action_frame(step.action) if step.tier != "quarantine" and self.trusted(step) else None
             if frame:
-                table.setdefault((frame[0], frame[2], frame[3]), []).append((frame[1], step))
+                table.setdefault(frame.key, []).append((frame.object, step))
         self._tables[family] = (count, table)
         return table
 
@@ -61,7 +61,7 @@ def analogue_return(step: StepRecord, config: RetrievalConfig) -> float | None:
 
 
 def analogous_values(
-    table: dict[Frame, list[tuple[str, StepRecord]]],
+    table: FrameTable,
     admissible: Sequence[str],
     config: RetrievalConfig,
     analogy: PhraseSimilarity,
@@ -71,28 +71,23 @@ def analogous_values(
     """The value of each admissible "VERB OBJECT PREP TARGET" action from every stored step with the
     same verb, preposition and target (of `task` when given), weighted by the objects' similarity
     (and `synthetic_weight` for synthetic steps) and valued by `analogue_return`; best first as in
-    `action_values`. `successes` counts the analogues that reached a sub-goal themselves. With the
-    verified-only defence on, a success the environment did not verify does not vote."""
-    verified_only = config.defence("verified_only")
+    `action_values`. `successes` counts the analogues that reached a sub-goal themselves. The table
+    holds only the steps that may vote (`FrameSteps` with the retriever's `usable` test: with the
+    verified-only defence on, no unverified success)."""
     out: dict[str, ActionValue] = {}
     for action in dict.fromkeys(admissible):
         frame = action_frame(action)
-        stored = table.get((frame[0], frame[2], frame[3]), []) if frame else []
-        stored = [
-            (obj, step)
-            for obj, step in stored
-            if (task is None or step.task == task)
-            and not (verified_only and step.episode_outcome == "success" and not counts_as_success(step))
-        ]
+        stored = table.get(frame.key, []) if frame else []
+        stored = [(obj, step) for obj, step in stored if task is None or step.task == task]
         if not stored:
             continue
-        analogy.prepare([frame[1], *(obj for obj, _ in stored)])
+        analogy.prepare([frame.object, *(obj for obj, _ in stored)])
         av = ActionValue(action, 0.0, 0.0, 0, 0, 0)
         for obj, step in stored:
-            w = analogy.weight(frame[1], obj) * (synthetic_weight if step.source == "synthetic" else 1.0)
+            w = analogy.weight(frame.object, obj) * (synthetic_weight if step.source == "synthetic" else 1.0)
             r = analogue_return(step, config)
             if w > 0 and r is not None:
-                av.add_vote(step, w, r, step.subgoal_in == 0, obj != frame[1])
+                av.add_vote(step, w, r, step.subgoal_in == 0, obj != frame.object)
         if av.support > 0:
             out[action] = av
     return best_first(out, config)

@@ -19,6 +19,7 @@ last-word rule 42%, a uniform pick 24%.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,18 +28,32 @@ from crl.tasks.actions import normalise_action
 PREPOSITIONS = ("in", "into", "on", "onto", "to", "with", "from", "at", "under", "inside")
 
 
-def action_frame(action: str) -> tuple[str, str, str, str] | None:
-    """(verb, object, preposition, target) of "VERB OBJECT PREP TARGET" in normalised text, split at
-    the last preposition with words on both sides; None for other shapes.
+class ActionFrame(NamedTuple):
+    """An action of the shape "VERB OBJECT PREP TARGET", in normalised words."""
+
+    verb: str
+    object: str
+    preposition: str
+    target: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What analogues share: (verb, preposition, target)."""
+        return self.verb, self.preposition, self.target
+
+
+def action_frame(action: str) -> ActionFrame | None:
+    """The action's frame, split at the last preposition with words on both sides; None for other
+    shapes.
 
     Example:
-        >>> action_frame("Put the lip gloss in the dressing table")
+        >>> tuple(action_frame("Put the lip gloss in the dressing table"))
         ('put', 'lip gloss', 'in', 'dressing table')
     """
     words = normalise_action(action).split()
     for i in range(len(words) - 2, 1, -1):
         if words[i] in PREPOSITIONS:
-            return words[0], " ".join(words[1:i]), words[i], " ".join(words[i + 1 :])
+            return ActionFrame(words[0], " ".join(words[1:i]), words[i], " ".join(words[i + 1 :]))
     return None
 
 

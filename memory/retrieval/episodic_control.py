@@ -309,7 +309,7 @@ class ActionIndex:
             self.by_norm.setdefault(norm, []).append(a)
             frame = action_frame(norm) if analogy is not None else None
             if frame:
-                self.by_frame.setdefault((frame[0], frame[2], frame[3]), []).append((a, frame[1]))
+                self.by_frame.setdefault(frame.key, []).append((a, frame.object))
             words = norm.split()
             if len(words) >= 2:
                 self.by_shape.setdefault((words[0], words[-1]), []).append(a)
@@ -326,8 +326,8 @@ class ActionIndex:
             return [(a, 1.0) for a in exact]
         frame = action_frame(stored) if self.analogy is not None else None
         if frame:
-            alike = self.by_frame.get((frame[0], frame[2], frame[3]), [])
-            weighted = [(a, self.analogy.weight(obj, frame[1])) for a, obj in alike]
+            alike = self.by_frame.get(frame.key, [])
+            weighted = [(a, self.analogy.weight(obj, frame.object)) for a, obj in alike]
             return [(a, w) for a, w in weighted if w > 0]
         words = stored.split()
         if self.partial <= 0 or len(words) < 2:
@@ -341,8 +341,8 @@ class ActionIndex:
         objects = [obj for pairs in self.by_frame.values() for _, obj in pairs]
         for step in steps:
             frame = action_frame(step.action)
-            if frame and (frame[0], frame[2], frame[3]) in self.by_frame:
-                objects.append(frame[1])
+            if frame and frame.key in self.by_frame:
+                objects.append(frame.object)
         self.analogy.prepare(objects)
 
 

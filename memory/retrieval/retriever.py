@@ -365,6 +365,8 @@ class Retriever:
         packs = [ContextPack(t) for t in texts]
         for family, idx in by_family.items():
             got = fetched[family]
+            valuing = cfg.ec_analogy and any(queries[i].admissible for i in idx)
+            frames = self.frames.of(family) if valuing else None
             relevance_of = self._cross_encode([texts[i] for i in idx], got) if cfg.rerank == "cross-encoder" else None
             for row, i in enumerate(idx):
                 pools: dict[str, list[ScoredMemory]] = {}
@@ -390,9 +392,9 @@ class Retriever:
                         roles=pack.roles,
                         analogy=self.analogy,
                     )
-                    if cfg.ec_analogy:
+                    if frames is not None:
                         pack.analogous = analogous_values(
-                            self.frames.of(family),
+                            frames,
                             queries[i].admissible,
                             cfg,
                             self.analogy,
