@@ -96,7 +96,7 @@ def analogous_values(
         listed = {normalise_action(a) for a in actions}
         for action in actions:
             verb, _, target = normalise_action(action).partition(" ")
-            if verb in enablers and target and action not in out:
+            if verb in enablers and target and action_frame(action) is None:
                 av = enabled_value(table, action, target, held, listed, config, analogy, task, synthetic_weight)
                 if av is not None:
                     out[action] = av

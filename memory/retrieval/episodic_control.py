@@ -461,15 +461,6 @@ def merge_analogous(
     return best_first(merged, config)
 
 
-def _q(value: ActionValue, analogous: dict[str, ActionValue] | None, config: RetrievalConfig) -> float:
-    """The q the posterior reads: an analogous value (many weak votes from any state) shrunk toward 0
-    with `ec_prior_weight` pseudo-support, the order `best_first` already ranks it by; a value from
-    the nearest states as it is."""
-    if analogous and analogous.get(value.action) is value:
-        return value.shrunk(0.0, config.ec_prior_weight)
-    return value.value
-
-
 def _lookup(values: dict[str, ActionValue], action: str) -> ActionValue | None:
     if action in values:
         return values[action]
@@ -725,8 +716,7 @@ def memory_advantages(
         analogy: object similarity for analogical matching, as in `action_values`.
         analogous: the family-wide analogical values (`memory.retrieval.analogous_values`,
             `ContextPack.analogous`); they stand in for actions the neighbours did not vote for
-            themselves (`merge_analogous`), their q shrunk toward 0 with `ec_prior_weight`
-            pseudo-support (`_q`).
+            themselves (`merge_analogous`).
 
     Returns:
         Action -> `MemoryAdvantage`, for the actions with at least one vote (and, with
@@ -744,7 +734,7 @@ def memory_advantages(
     if analogous:
         values = merge_analogous(values, analogous, config)
     found = {
-        action: MemoryAdvantage(action, _q(v, analogous, config), baseline, v.support, v.n, v.hint, v.similar)
+        action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint, v.similar)
         for action, v in values.items()
     }
     if untried is None or state_support <= 0:

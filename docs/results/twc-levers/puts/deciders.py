@@ -1,5 +1,5 @@
-"""Who chose each wrong put in twc evaluations (the model, memory, repeat avoidance), and how the
-model and memory valued the right put beside it.
+"""Who chose each wrong put in twc evaluations (the model, memory, repeat avoidance), how the model
+and memory valued the right put beside it, and how often the right place was closed instead.
 
     python deciders.py locmap.json RUN/episodes.jsonl
 """
@@ -12,6 +12,7 @@ from locmap import load, puts
 
 right = load(sys.argv[1])
 counts: collections.Counter = collections.Counter()
+closed: collections.Counter = collections.Counter()
 rows = []
 for step, obj, _place, is_right in puts(sys.argv[2], right):
     action = step["action"]
@@ -19,12 +20,15 @@ for step, obj, _place, is_right in puts(sys.argv[2], right):
     counts[(kind, step["decided_by"])] += 1
     actions = ((step["extra"].get("policy") or {}).get("posterior") or {}).get("actions", {})
     good = [f"put {obj} in {p}" for p in sorted(right[obj]) if f"put {obj} in {p}" in actions]
+    if kind == "wrong" and not good:
+        closed[any(f"open {p}" in step.get("admissible_actions", []) for p in right[obj])] += 1
     if kind == "wrong" and good:
         chosen, best = actions[action], actions[good[0]]
         mem = lambda a: a.get("memory") or {}  # noqa: E731
         rows.append((chosen["model"], best["model"], mem(chosen).get("advantage"), mem(best).get("advantage")))
 for (kind, by), n in sorted(counts.items()):
     print(f"{kind:5} puts chosen by {by}: {n}")
+print(f"wrong puts with the right place closed ('open' it listed): {closed[True]}; not in the room: {closed[False]}")
 if rows:
     print(f"wrong puts with the right one listed: {len(rows)}")
     print(f"  the model put the wrong one above it: {sum(r[0] > r[1] for r in rows)}")
