@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from crl.memory.ingest import EpisodeTags, build_records
-from crl.memory.retrieval.analogous_values import analogous_values, analogue_return
+from crl.memory.retrieval.analogous_values import analogue_return
 from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.episodic_control import (
@@ -348,29 +348,6 @@ def test_an_analogue_is_credited_with_what_it_did_not_with_its_episodes_later_wi
     assert analogue_return(scored, cfg) == 1.0
     assert step_return(missed, cfg) > 0 and analogue_return(missed, cfg) == 0.0
     assert analogue_return(lost, cfg) == step_return(lost, cfg) < 0
-
-
-def test_an_enabling_action_is_worth_what_it_enables():
-    """twc lists no put into a closed place: holding lipstick beside a closed dressing table, 'open
-    dressing table' is worth gamma times what 'put lipstick in dressing table' would be."""
-    cfg = RetrievalConfig(ec_analogy=True)
-    table = {
-        ("put", "in", "dressing table"): [
-            ("lip gloss", step_record(f"g{i}", 0, "put lip gloss in dressing table", subgoal_in=0)) for i in range(3)
-        ],
-        ("put", "in", "wardrobe"): [("lip gloss", step_record("w", 0, "put lip gloss in wardrobe", "failure", 1))],
-    }
-    analogy = PhraseSimilarity(_PlaceEmbedding(), 0.3)
-    closed = ["put lipstick in wardrobe", "open dressing table", "open wardrobe", "open chest", "take coat"]
-    values = analogous_values(table, closed, cfg, analogy)
-    assert list(values) == ["open dressing table", "put lipstick in wardrobe"]
-    opener = values["open dressing table"]
-    assert opener.value == pytest.approx(cfg.ec_gamma * 1.0) and opener.n == 3 and opener.successes == 3
-    assert values["put lipstick in wardrobe"].value < 0  # "open wardrobe": its put is listed already
-    assert "open dressing table" not in analogous_values(table, ["open dressing table", "take coat"], cfg, analogy)
-    off = cfg.model_copy(update={"ec_analogy_enablers": []})
-    assert "open dressing table" not in analogous_values(table, closed, off, analogy)
-    assert memory_advantages([], closed, cfg, analogous=values)["open dressing table"].q == opener.value
 
 
 def test_merge_analogous_keeps_local_values_of_the_action_itself():

@@ -13,24 +13,16 @@ it reached a sub-goal (`StepRecord.subgoal_in` = 0: the put that scored), else w
 never with its episode's later win (a wrong put in a game won after the object was moved again
 says nothing good about that place). These values stand in for an action's local value unless the
 nearest states voted for the action itself (`episodic_control.merge_analogous`).
-
-A target that is closed is not listed: holding flip flops beside a closed shoe cabinet, twc lists
-"put flip flops in" every open place and "open shoe cabinet", which has no frame. An enabling action
-("VERB TARGET" with VERB in `ec_analogy_enablers`, default "open") is valued as the step before the
-action it enables: gamma times the best analogous value of the unlisted "VERB' OBJECT PREP TARGET"
-over the objects and frames the listed actions hold (`enabled_value`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from crl.memory.records import StepRecord
-from crl.memory.retrieval.analogy import ActionFrame, PhraseSimilarity, action_frame
+from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.episodic_control import ActionValue, best_first, step_return
-from crl.tasks.actions import normalise_action
 
 FrameTable = dict[tuple[str, str, str], list[tuple[str, StepRecord]]]
 """(verb, preposition, target) -> (object, stored step) for each stored step with that frame."""
@@ -79,77 +71,23 @@ def analogous_values(
     """The value of each admissible "VERB OBJECT PREP TARGET" action from every stored step with the
     same verb, preposition and target (of `task` when given), weighted by the objects' similarity
     (and `synthetic_weight` for synthetic steps) and valued by `analogue_return`; best first as in
-    `action_values`. `successes` counts the analogues that reached a sub-goal themselves. An enabling
-    action (`ec_analogy_enablers`) is valued by what it enables (`enabled_value`). The table
+    `action_values`. `successes` counts the analogues that reached a sub-goal themselves. The table
     holds only the steps that may vote (`FrameSteps` with the retriever's `usable` test: with the
     verified-only defence on, no unverified success)."""
     out: dict[str, ActionValue] = {}
-    actions = list(dict.fromkeys(admissible))
-    for action in actions:
+    for action in dict.fromkeys(admissible):
         frame = action_frame(action)
-        av = _frame_value(table, action, frame, config, analogy, task, synthetic_weight) if frame else None
-        if av is not None:
-            out[action] = av
-    enablers = set(config.ec_analogy_enablers)
-    if enablers:
-        held = list(dict.fromkeys(f._replace(target="") for a in actions if (f := action_frame(a))))
-        listed = {normalise_action(a) for a in actions}
-        for action in actions:
-            verb, _, target = normalise_action(action).partition(" ")
-            if verb in enablers and target and action_frame(action) is None:
-                av = enabled_value(table, action, target, held, listed, config, analogy, task, synthetic_weight)
-                if av is not None:
-                    out[action] = av
-    return best_first(out, config)
-
-
-def enabled_value(
-    table: FrameTable,
-    action: str,
-    target: str,
-    held: Sequence[ActionFrame],
-    listed: set[str],
-    config: RetrievalConfig,
-    analogy: PhraseSimilarity,
-    task: str | None = None,
-    synthetic_weight: float = 1.0,
-) -> ActionValue | None:
-    """The value of an enabling `action` ("open shoe cabinet") whose object is `target`: gamma times
-    the best analogous value, over the listed frames without a target (`held`), of the action that
-    would use `target` and is not `listed` (normalised texts); None when no such action has
-    analogues."""
-    best: ActionValue | None = None
-    for frame in held:
-        enabled = frame._replace(target=target)
-        text = f"{enabled.verb} {enabled.object} {enabled.preposition} {enabled.target}"
-        if text in listed:
+        stored = table.get(frame.key, []) if frame else []
+        stored = [(obj, step) for obj, step in stored if task is None or step.task == task]
+        if not stored:
             continue
-        av = _frame_value(table, text, enabled, config, analogy, task, synthetic_weight)
-        if av is not None and (best is None or av.value > best.value):
-            best = av
-    if best is None:
-        return None
-    gamma = config.ec_gamma
-    return replace(best, action=action, value=gamma * best.value, weighted_return=gamma * best.weighted_return)
-
-
-def _frame_value(
-    table: FrameTable,
-    action: str,
-    frame: ActionFrame,
-    config: RetrievalConfig,
-    analogy: PhraseSimilarity,
-    task: str | None,
-    synthetic_weight: float,
-) -> ActionValue | None:
-    stored = [(obj, step) for obj, step in table.get(frame.key, []) if task is None or step.task == task]
-    if not stored:
-        return None
-    analogy.prepare([frame.object, *(obj for obj, _ in stored)])
-    av = ActionValue(action, 0.0, 0.0, 0, 0, 0)
-    for obj, step in stored:
-        w = analogy.weight(frame.object, obj) * (synthetic_weight if step.source == "synthetic" else 1.0)
-        r = analogue_return(step, config)
-        if w > 0 and r is not None:
-            av.add_vote(step, w, r, step.subgoal_in == 0, obj != frame.object)
-    return av if av.support > 0 else None
+        analogy.prepare([frame.object, *(obj for obj, _ in stored)])
+        av = ActionValue(action, 0.0, 0.0, 0, 0, 0)
+        for obj, step in stored:
+            w = analogy.weight(frame.object, obj) * (synthetic_weight if step.source == "synthetic" else 1.0)
+            r = analogue_return(step, config)
+            if w > 0 and r is not None:
+                av.add_vote(step, w, r, step.subgoal_in == 0, obj != frame.object)
+        if av.support > 0:
+            out[action] = av
+    return best_first(out, config)

@@ -151,12 +151,6 @@ class RetrievalConfig(BaseModel):
         lt=1,
         description="Analogical matching: objects less similar than this do not vote; the weight rises linearly to 1 at identity.",
     )
-    ec_analogy_enablers: list[str] = Field(
-        default_factory=lambda: ["open"],
-        description="Analogical values: verbs that make their object a target ('open shoe cabinet' lets 'put "
-        "flip flops in shoe cabinet' be listed); such an action is worth gamma times the best analogous value of "
-        "using its object as the target with what the listed frame actions hold. Empty turns it off.",
-    )
     ec_action_roles: bool = Field(
         True,
         description="Match stored actions to admissible ones by the role the task gives them (TaskSpec.action_role: 'go through the open door' in any world) where both have one; false matches by text only.",
