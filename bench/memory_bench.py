@@ -24,7 +24,9 @@ Parts, each printed as it finishes:
      of held-out episodes with their admissible actions, at parallel 1 and 8; embedding is
      measured with a cold cache (every state new: a model call) and a warm one (the state seen
      before, as in a deterministic game or at ingest). Per-part p50/p99 come from the
-     retriever's own timing, and the share of hit records the record cache answered.
+     retriever's own timing, and the share of hit records the record cache answered. Then what
+     `retrieval.ec_analogy`'s frame table costs there: the family's first read, and the read
+     after one more step is stored.
   5. (--onnx) the same texts through an ONNX export of MiniLM on onnxruntime, fp32 and
      dynamic int8: agreement with the torch vectors (cosine) and latency. Needs the `onnx`
      package for the export (onnxruntime comes with chromadb).
@@ -55,6 +57,7 @@ from crl.memory.config import MemoryConfig  # noqa: E402
 from crl.memory.ingest import EpisodeTags, build_records, step_texts  # noqa: E402
 from crl.memory.purpose import purpose_now, reached_subgoals  # noqa: E402
 from crl.memory.records import StepRecord, step_record_id  # noqa: E402
+from crl.memory.retrieval.analogous_values import FrameSteps  # noqa: E402
 from crl.memory.retrieval.config import RetrievalConfig  # noqa: E402
 from crl.memory.retrieval.retriever import RetrievalQuery, Retriever  # noqa: E402
 from crl.memory.storage.embeddings import (  # noqa: E402
@@ -433,8 +436,33 @@ def bench_read_path(
                 name = f"parallel {parallel}, {mode} cache"
                 out[name if len(query_threads) == 1 else f"{name}, {threads} thread{'s' * (threads > 1)}"] = row
             retriever.fanout.close()
+        out["frame_table"] = bench_frame_table(bank, records, matrix)
         bank.close()
     return out
+
+
+def bench_frame_table(bank: ExperienceBank, records: list, matrix: np.ndarray) -> dict:
+    """What `retrieval.ec_analogy`'s frame table costs on this bank: the first read of the family
+    (every step), and the read after one more step is stored (only the steps since the newest)."""
+    steps = [(r, v) for r, v in zip(records, matrix) if isinstance(r, StepRecord)]
+    family = steps[0][0].family
+    frames = FrameSteps(bank)
+    t = time.perf_counter()
+    table = frames.of(family)
+    full_ms = 1000 * (time.perf_counter() - t)
+    last, vector = steps[-1]
+    newest = max(r.created_at for r, _ in steps)
+    episode_id = last.episode_id + "-new"
+    update = {"id": step_record_id(family, episode_id, last.index), "episode_id": episode_id, "created_at": newest + 1}
+    bank.view.put([last.model_copy(update=update)], vector[None, :], None)
+    t = time.perf_counter()
+    frames.of(family)
+    return {
+        "steps": len(steps),
+        "frames": sum(len(v) for v in table.values()),
+        "full_read_ms": full_ms,
+        "after_one_new_step_ms": 1000 * (time.perf_counter() - t),
+    }
 
 
 def bench_onnx(minilm: SentenceTransformerEmbedding, texts: list[str], runs: int, folder: Path) -> dict:
@@ -624,7 +652,7 @@ def main() -> None:
             "(p50/p99 ms)  record cache hits"
         )
         for name, row in r.items():
-            if isinstance(row, dict):
+            if isinstance(row, dict) and name != "frame_table":
                 cells = [row[p] for p in ("embed_ms", "bank_ms", "rank_ms", "per_decision_ms")]
                 rate = row.get("record_cache_hit_rate")
                 print(
@@ -632,6 +660,11 @@ def main() -> None:
                     + " ".join(f"{c['p50']:6.1f}/{c['p99']:6.1f}" for c in cells)
                     + ("" if rate is None else f"  {100 * rate:5.1f}%")
                 )
+        frame = r["frame_table"]
+        print(
+            f"    ec_analogy's frame table ({frame['frames']} frame steps of {frame['steps']}): first read "
+            f"{frame['full_read_ms']:.0f} ms, after one new step {frame['after_one_new_step_ms']:.1f} ms"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

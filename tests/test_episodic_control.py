@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from crl.memory.ingest import EpisodeTags, build_records
-from crl.memory.retrieval.analogous_values import analogue_return
+from crl.memory.retrieval.analogous_values import FrameSteps, analogue_return
 from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.episodic_control import (
@@ -338,6 +338,30 @@ def test_analogous_values_reach_alike_objects_puts_from_any_state_and_stand_in_f
     bank.ingest_episode(_put("r5", 0, "put blue coat in oven", True, far[0]))
     bank.flush()
     assert "put red coat in oven" in retriever.retrieve([query])[0].analogous  # the table is read again
+
+
+def test_the_frame_table_reads_only_new_steps_after_an_ingest_and_everything_after_a_delete(bank, monkeypatch):
+    hall = "You are in the hall of mirrors."
+    bank.ingest_episode(_put("r1", 0, "put blue coat in wardrobe", True, hall))
+    bank.flush()
+    frames = FrameSteps(bank)
+    wardrobe, sink = ("put", "in", "wardrobe"), ("put", "in", "sink")
+    assert [obj for obj, _ in frames.of("twx")[wardrobe]] == ["blue coat"]
+    reads: list = []
+    scan = bank.view.scan
+    monkeypatch.setattr(bank.view, "scan", lambda *a, **k: reads.append(k.get("where")) or scan(*a, **k))
+    assert frames.of("twx") is frames.of("twx") and reads == []  # nothing stored since: no read
+    bank.ingest_episode(_put("r2", 0, "put red coat in sink", False, hall))
+    bank.flush()
+    table = frames.of("twx")
+    assert len(reads) == 1 and "created_at" in reads[0]  # only the steps stored since
+    assert {key: [s.id for _, s in v] for key, v in table.items()} == {
+        key: [s.id for _, s in v] for key, v in FrameSteps(bank).of("twx").items()
+    }
+    assert set(table) == {wardrobe, sink}
+    bank.view.delete([table[wardrobe][0][1].id])
+    reads.clear()
+    assert set(frames.of("twx")) == {sink} and reads[-1] is None  # fewer steps: read in full
 
 
 def test_an_analogue_is_credited_with_what_it_did_not_with_its_episodes_later_win():

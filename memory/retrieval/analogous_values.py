@@ -18,6 +18,7 @@ nearest states voted for the action itself (`episodic_control.merge_analogous`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from crl.memory.records import StepRecord
 from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
@@ -28,28 +29,55 @@ FrameTable = dict[tuple[str, str, str], list[tuple[str, StepRecord]]]
 """(verb, preposition, target) -> (object, stored step) for each stored step with that frame."""
 
 
+@dataclass
+class _Frames:
+    count: int
+    newest: float
+    ids: set[str]
+    table: FrameTable
+
+
 class FrameSteps:
     """Every stored step of a family whose action has an object and a target, by (verb, preposition,
-    target); read from the bank on first use and again whenever the family's step count changed."""
+    target); read from the bank on first use. When the family's step count has grown, only the
+    steps stored since the newest one read are fetched (a Chroma `where` on `created_at`) and added;
+    if those do not account for the whole change (steps deleted, or stored with an older time by
+    another writer), the family is read again in full."""
 
     def __init__(self, bank, trusted: Callable[[StepRecord], bool] = lambda step: True):
         self.bank = bank
         self.trusted = trusted
-        self._tables: dict[str, tuple[int, FrameTable]] = {}
+        self._frames: dict[str, _Frames] = {}
 
     def of(self, family: str) -> FrameTable:
         """(verb, preposition, target) -> (object, stored step) for the family's trusted steps."""
         count = self.bank.view.count("step", family)
-        cached = self._tables.get(family)
-        if cached is not None and cached[0] == count:
-            return cached[1]
-        table: FrameTable = {}
-        for step in self.bank.ls("step", family=family):
+        cached = self._frames.get(family)
+        if cached is not None and cached.count == count:
+            return cached.table
+        if cached is not None and count > cached.count:
+            since = {"created_at": {"$gte": cached.newest}}
+            new = [s for s in self._steps(family, since) if s.id not in cached.ids]
+            if cached.count + len(new) == count:
+                self._add(cached, new)
+                cached.count = count
+                return cached.table
+        frames = _Frames(0, float("-inf"), set(), {})
+        self._add(frames, self._steps(family))
+        frames.count = count
+        self._frames[family] = frames
+        return frames.table
+
+    def _steps(self, family: str, where: dict | None = None) -> list[StepRecord]:
+        return [record for record, _ in self.bank.view.scan("step", [family], where=where)]
+
+    def _add(self, frames: _Frames, steps: list[StepRecord]) -> None:
+        for step in steps:
+            frames.ids.add(step.id)
+            frames.newest = max(frames.newest, step.created_at)
             frame = action_frame(step.action) if step.tier != "quarantine" and self.trusted(step) else None
             if frame:
-                table.setdefault(frame.key, []).append((frame.object, step))
-        self._tables[family] = (count, table)
-        return table
+                frames.table.setdefault(frame.key, []).append((frame.object, step))
 
 
 def analogue_return(step: StepRecord, config: RetrievalConfig) -> float | None:

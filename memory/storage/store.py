@@ -639,8 +639,10 @@ class ChromaView:
         buckets: Iterable[str] = BUCKETS,
         documents: bool = False,
         embeddings: bool = False,
+        where: dict[str, Any] | None = None,
     ) -> Iterator[tuple[AnyRecord, np.ndarray | None]]:
-        """Every record of `kind` (in the given families and buckets), page by page."""
+        """Every record of `kind` (in the given families and buckets, matching the Chroma metadata
+        filter `where` when given), page by page."""
         if kind == "rule":
             names = [self.name_of("rule", "", "")]
         else:
@@ -653,7 +655,7 @@ class ChromaView:
                 continue
             offset = 0
             while True:
-                got = col.get(include=include, limit=self.batch, offset=offset)
+                got = col.get(include=include, limit=self.batch, offset=offset, where=where)
                 if not got["ids"]:
                     break
                 docs = got.get("documents") if documents else None
