@@ -277,7 +277,7 @@ def test_analogy_values_a_new_objects_puts_by_the_outcomes_of_alike_objects_puts
     )
     coat = action_values(neighbours, ["put coat in wardrobe"], cfg, analogy=analogy)["put coat in wardrobe"]
     assert coat.value > 0 and coat.support == pytest.approx((0.95 - 0.3) / 0.7, abs=1e-3)
-    off = action_values(neighbours, admissible, CFG, analogy=analogy)
+    off = action_values(neighbours, admissible, CFG.model_copy(update={"ec_analogy": False}), analogy=analogy)
     assert off["put lipstick in wardrobe"].value == pytest.approx(by_text["put lipstick in wardrobe"].value)
 
 
@@ -321,7 +321,7 @@ def test_analogous_values_reach_alike_objects_puts_from_any_state_and_stand_in_f
     bank.flush()
     admissible = ["put red coat in wardrobe", "put red coat in sink", "put red coat in oven"]
     query = RetrievalQuery("twx", "twx/twc", "Tidy up.", "A bedroom with a bed.", [], admissible)
-    plain = Retriever(bank, RetrievalConfig(epsilon=0.0)).retrieve([query])[0]
+    plain = Retriever(bank, RetrievalConfig(epsilon=0.0, ec_analogy=False)).retrieve([query])[0]
     assert plain.action_values == {} and plain.analogous == {}
     cfg = RetrievalConfig(epsilon=0.0, ec_analogy=True)
     retriever = Retriever(bank, cfg)
@@ -342,9 +342,10 @@ def test_analogous_values_reach_alike_objects_puts_from_any_state_and_stand_in_f
 
 def test_the_frame_table_reads_only_new_steps_after_an_ingest_and_everything_after_a_delete(bank, monkeypatch):
     hall = "You are in the hall of mirrors."
+    frames = FrameSteps(bank)
+    assert frames.of("twx") == {}  # nothing stored yet: the next read is a full one
     bank.ingest_episode(_put("r1", 0, "put blue coat in wardrobe", True, hall))
     bank.flush()
-    frames = FrameSteps(bank)
     wardrobe, sink = ("put", "in", "wardrobe"), ("put", "in", "sink")
     assert [obj for obj, _ in frames.of("twx")[wardrobe]] == ["blue coat"]
     reads: list = []

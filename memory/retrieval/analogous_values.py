@@ -55,7 +55,7 @@ class FrameSteps:
         cached = self._frames.get(family)
         if cached is not None and cached.count == count:
             return cached.table
-        if cached is not None and count > cached.count:
+        if cached is not None and cached.ids and count > cached.count:
             since = {"created_at": {"$gte": cached.newest}}
             new = [s for s in self._steps(family, since) if s.id not in cached.ids]
             if cached.count + len(new) == count:

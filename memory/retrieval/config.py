@@ -138,12 +138,13 @@ class RetrievalConfig(BaseModel):
         description="Weight of a stored action matching an admissible one by verb and last word only (take brass key ~ take iron key); 0 maps exact text only.",
     )
     ec_analogy: bool = Field(
-        False,
+        True,
         description="Analogical values (memory.retrieval.analogy, memory.retrieval.analogous_values): a stored "
         "'VERB OBJECT PREP TARGET' votes for the admissible actions with the same verb, preposition and target, "
         "weighted by how alike the two objects' embeddings are, instead of by verb and last word; every such step of "
         "the task votes, from any state, where the nearest states did not vote for the action itself (for tasks "
-        "whose objects never recur between worlds).",
+        "whose objects never recur between worlds). On by default: measured to help twc and to change no game "
+        "of keyroom/key, keyroom/compound or twx/coin.",
     )
     ec_analogy_min_similarity: float = Field(
         0.3,
