@@ -450,6 +450,7 @@ def bench_frame_table(bank: ExperienceBank, records: list, matrix: np.ndarray) -
     t = time.perf_counter()
     table = frames.of(family)
     full_ms = 1000 * (time.perf_counter() - t)
+    frame_steps = sum(len(v) for v in table.values())
     last, vector = steps[-1]
     newest = max(r.created_at for r, _ in steps)
     episode_id = last.episode_id + "-new"
@@ -459,7 +460,7 @@ def bench_frame_table(bank: ExperienceBank, records: list, matrix: np.ndarray) -
     frames.of(family)
     return {
         "steps": len(steps),
-        "frames": sum(len(v) for v in table.values()),
+        "frames": frame_steps,
         "full_read_ms": full_ms,
         "after_one_new_step_ms": 1000 * (time.perf_counter() - t),
     }

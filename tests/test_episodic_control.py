@@ -365,6 +365,18 @@ def test_the_frame_table_reads_only_new_steps_after_an_ingest_and_everything_aft
     assert set(frames.of("twx")) == {sink} and reads[-1] is None  # fewer steps: read in full
 
 
+def test_memory_bench_times_the_frame_tables_full_and_incremental_reads(bank):
+    from bench.memory_bench import bench_frame_table
+
+    for i, place in enumerate(("wardrobe", "sink", "oven")):
+        bank.ingest_episode(_put("r1", i, f"put blue coat in {place}", True, "You are in the hall."))
+    bank.flush()
+    steps = bank.ls("step", family="twx")
+    figures = bench_frame_table(bank, steps, bank.embed([s.observation for s in steps]))
+    assert figures["steps"] == figures["frames"] == 3 and figures["full_read_ms"] > 0
+    assert figures["after_one_new_step_ms"] > 0 and bank.view.count("step", "twx") == 4
+
+
 def test_an_analogue_is_credited_with_what_it_did_not_with_its_episodes_later_win():
     cfg = RetrievalConfig()
     scored = step_record("e0", 0, "put coat in wardrobe", "success", length=3, subgoal_in=0)
