@@ -365,6 +365,21 @@ def test_the_frame_table_reads_only_new_steps_after_an_ingest_and_everything_aft
     assert set(frames.of("twx")) == {sink} and reads[-1] is None  # fewer steps: read in full
 
 
+def test_the_frame_table_is_read_only_for_decisions_that_list_a_frame_action(bank, monkeypatch):
+    """A task without "VERB OBJECT PREP TARGET" actions (keyroom/key) never pays for reading the
+    family's steps."""
+    bank.ingest_episode(_put("r1", 0, "put blue coat in wardrobe", True, "You are in the hall."))
+    bank.flush()
+    retriever = Retriever(bank, RetrievalConfig(epsilon=0.0))
+    read: list[str] = []
+    of = retriever.frames.of
+    monkeypatch.setattr(retriever.frames, "of", lambda family: read.append(family) or of(family))
+    plain = RetrievalQuery("twx", "twx/twc", "Tidy up.", "A hall.", [], ["take coat", "go north"])
+    assert retriever.retrieve([plain])[0].analogous == {} and read == []
+    framed = RetrievalQuery("twx", "twx/twc", "Tidy up.", "A hall.", [], ["put red coat in wardrobe"])
+    assert "put red coat in wardrobe" in retriever.retrieve([plain, framed])[1].analogous and read == ["twx"]
+
+
 def test_memory_bench_times_the_frame_tables_full_and_incremental_reads(bank):
     from bench.memory_bench import bench_frame_table
 

@@ -54,7 +54,7 @@ import numpy as np
 from crl.memory.records import RULE_SCOPE_ALL, StepRecord, state_text
 from crl.memory.retrieval.action_roles import ActionRoles, roles_for
 from crl.memory.retrieval.analogous_values import FrameSteps, analogous_values
-from crl.memory.retrieval.analogy import PhraseSimilarity
+from crl.memory.retrieval.analogy import PhraseSimilarity, action_frame
 from crl.memory.retrieval.config import RetrievalConfig
 from crl.memory.retrieval.credit import family_success_rate
 from crl.memory.retrieval.cross_encoder import document_of, load_cross_encoder, relevance
@@ -365,7 +365,7 @@ class Retriever:
         packs = [ContextPack(t) for t in texts]
         for family, idx in by_family.items():
             got = fetched[family]
-            valuing = cfg.ec_analogy and any(queries[i].admissible for i in idx)
+            valuing = cfg.ec_analogy and any(action_frame(a) for i in idx for a in queries[i].admissible or ())
             frames = self.frames.of(family) if valuing else None
             relevance_of = self._cross_encode([texts[i] for i in idx], got) if cfg.rerank == "cross-encoder" else None
             for row, i in enumerate(idx):
