@@ -42,7 +42,8 @@ class FrameSteps:
     target); read from the bank on first use. When the family's step count has grown, only the
     steps stored since the newest one read are fetched (a Chroma `where` on `created_at`) and added;
     if those do not account for the whole change (steps deleted, or stored with an older time by
-    another writer), the family is read again in full."""
+    another writer), or no step had been read yet, the family is read again in full. Records changed
+    in place (a tier, a credit) are seen at the next full read."""
 
     def __init__(self, bank, trusted: Callable[[StepRecord], bool] = lambda step: True):
         self.bank = bank
