@@ -63,9 +63,8 @@ class FrameSteps:
                 self._add(cached, new)
                 cached.count = count
                 return cached.table
-        frames = _Frames(0, float("-inf"), set(), {})
+        frames = _Frames(count, float("-inf"), set(), {})
         self._add(frames, self._steps(family))
-        frames.count = count
         self._frames[family] = frames
         return frames.table
 
