@@ -114,6 +114,12 @@ class PosteriorSettings(BaseModel):
         "episodes mostly won, an action none of them took carries the state's whole support against it, so "
         "what the winners did there (go through the door just opened) outweighs the model's untried favourite.",
     )
+    explore_enabling: bool = Field(
+        False,
+        description="Directed exploration (`agent.directed_exploration`): where memory saw listed uses of a held "
+        "object ('put X in P') fail and none succeed, first try a place the episode opened and has not used, else "
+        "open a closed one ('open P' for a place no listed action targets).",
+    )
     condition: Literal["purpose", "task"] = Field(
         "purpose",
         description="With same_task, what voting experience shares: purpose (the sub-goal it worked toward: "
@@ -161,6 +167,7 @@ class PosteriorSettings(BaseModel):
             untried_support=self.untried_support,
             untried_floor=self.untried_floor,
             untried_cap=self.untried_cap,
+            explore_enabling=self.explore_enabling,
             draw=self.draw,
         )
         return PosteriorPolicy(config, self.temperature)

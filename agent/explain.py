@@ -111,6 +111,7 @@ def posterior_table(posterior: dict) -> Table:
             else ""
         )
         + (", never below the baseline" if posterior.get("untried_floor") else "")
+        + (", directed exploration" if posterior.get("explore_enabling") else "")
         + ")"
     )
     table = Table(show_header=True, header_style="bold", title=title, title_justify="left")
@@ -126,6 +127,7 @@ def posterior_table(posterior: dict) -> Table:
                 ("model's argmax", action == posterior["model_best"]),
                 ("tried here", action in posterior.get("avoided", []) and action not in posterior.get("held", [])),
                 ("would undo a held reward", action in posterior.get("held", [])),
+                ("explored first", action in posterior.get("explored", [])),
             )
             if on
         ]

@@ -138,6 +138,14 @@ class PosteriorConfig:
         },
     )
 
+    explore_enabling: bool = field(
+        default=False,
+        metadata={
+            "help": "Where memory saw listed uses of a held object fail and none succeed, first try a place the "
+            "episode opened, else open a closed one (`agent.directed_exploration`)."
+        },
+    )
+
     draw: int = field(
         default=0,
         metadata={
@@ -228,6 +236,7 @@ class PosteriorDecision:
     config: PosteriorConfig
     avoided: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
+    explored: list[str] = field(default_factory=list)
 
     @property
     def memory_changed_argmax(self) -> bool:
@@ -237,11 +246,14 @@ class PosteriorDecision:
     @property
     def decided_by(self) -> str:
         """Who chose: "llm" when the model's argmax was taken, "memory" when memory's change of argmax
-        was, "sample" when sampling picked neither."""
+        was, "exploration" when directed exploration offered the action (`explored`), "sample" when
+        sampling picked none of those."""
         if self.chosen == self.model_best:
             return "llm"
         if self.chosen == self.posterior_best:
             return "memory"
+        if self.chosen in self.explored:
+            return "exploration"
         return "repeat-avoidance" if self.avoided and self.mode == "greedy" else "sample"
 
     @property
@@ -261,6 +273,8 @@ class PosteriorDecision:
         held = [a for a in self.avoided if a in self.held]
         if held:
             line += f"; would undo a reward the episode holds: {', '.join(held)}"
+        if self.explored:
+            line += f"; memory saw no listed use of what is held succeed, so first: {', '.join(self.explored)}"
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -282,6 +296,8 @@ class PosteriorDecision:
             "untried_cap": self.config.untried_cap,
             "avoided": list(self.avoided),
             **({"held": list(self.held)} if self.held else {}),
+            **({"explore_enabling": True} if self.config.explore_enabling else {}),
+            **({"explored": list(self.explored)} if self.explored else {}),
             "actions": {
                 a: {
                     "model": round(p, 6),
@@ -328,6 +344,7 @@ def decide(
     rng: random.Random | None = None,
     avoid: Collection[str] | Mapping[str, int] = (),
     held: Collection[str] = (),
+    first: Collection[str] = (),
 ) -> PosteriorDecision:
     """Choose an action from the posterior over the scored candidates.
 
@@ -345,6 +362,8 @@ def decide(
             itself is left as computed.
         held: those of `avoid` that are there because repeating them would undo a reward the
             episode still holds (`EpisodeSession.held_rewards`), so the record says why.
+        first: actions to choose among before the others while any of them is open to choice
+            (`agent.directed_exploration.explore_first`); the posterior itself is left as computed.
 
     Returns:
         The `PosteriorDecision`, with the chosen action and everything behind it.
@@ -367,6 +386,9 @@ def decide(
     fewest = min(tries.get(a, 0) for a in actions)
     open_ = [i for i, a in enumerate(actions) if tries.get(a, 0) == fewest]
     avoided = [a for a in actions if tries.get(a, 0) > fewest]
+    explored = [actions[i] for i in open_ if actions[i] in first]
+    if explored:
+        open_ = [i for i in open_ if actions[i] in first]
     if config.mode == "greedy":
         chosen = actions[max(open_, key=lambda i: (post[i], i == actions.index(posterior_best), -i))]
     else:
@@ -385,6 +407,7 @@ def decide(
         config,
         avoided,
         held_here,
+        explored,
     )
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from crl.agent.advisor import MemoryAdvisor
 from crl.agent.candidates import DEFAULT_CAP, CandidateSet, ListsValidActions, build_candidates
+from crl.agent.directed_exploration import explore_first, opened_places
 from crl.agent.llm.base import BackendRefused, BatchError, ChatModel, Completion, LLMError, Message
 from crl.agent.parsing import parse_reply
 from crl.agent.posterior import PosteriorPolicy, decide, decision_rng
@@ -484,8 +485,18 @@ class Runner:
         held = session.held_rewards()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
+        first = (
+            explore_first(
+                dist.actions, advantages, opened_places(s.action for s in session.episode.steps if s.valid), tried
+            )
+            if config.explore_enabling and advantages
+            else []
+        )
+
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
-            decision = decide(dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried, held=held)
+            decision = decide(
+                dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried, held=held, first=first
+            )
             if advisor is not None and decision.chosen in advantages:
                 session.used_memory.extend(
                     advisor.evidence_ids(pack, decision.chosen, session.episode.task, self._vote_weights(session))

@@ -582,6 +582,7 @@ class MemoryAdvantage:
         n: stored steps that voted for the action.
         hint: the evidence in words, e.g. "take key → success 4 of 5".
         similar: of the n, votes of similar actions only (`ActionValue.similar`).
+        successes: of the n, votes that succeeded (`ActionValue.successes`).
     """
 
     action: str
@@ -591,6 +592,7 @@ class MemoryAdvantage:
     n: int = 0
     hint: str = ""
     similar: int = 0
+    successes: int = 0
 
     @property
     def advantage(self) -> float:
@@ -607,6 +609,8 @@ class MemoryAdvantage:
             "n": self.n,
             "hint": self.hint,
         }
+        if self.successes:
+            out["successes"] = self.successes
         if self.similar:
             out["similar"] = self.similar
         return out
@@ -734,7 +738,7 @@ def memory_advantages(
     if analogous:
         values = merge_analogous(values, analogous, config)
     found = {
-        action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint, v.similar)
+        action: MemoryAdvantage(action, v.value, baseline, v.support, v.n, v.hint, v.similar, v.successes)
         for action, v in values.items()
     }
     if untried is None or state_support <= 0:

@@ -1,0 +1,119 @@
+"""Directed exploration: open a closed place before another use of a held object memory saw fail."""
+
+from __future__ import annotations
+
+import json
+
+from crl.agent.config import load_settings
+from crl.agent.directed_exploration import explore_first, opened_places
+from crl.agent.posterior import PosteriorConfig, decide
+from crl.memory.retrieval.episodic_control import MemoryAdvantage
+
+PUTS = ["put sock in table", "put sock in chair"]
+
+
+def seen(action: str, n: int = 2, successes: int = 0) -> MemoryAdvantage:
+    return MemoryAdvantage(action, q=-0.5, baseline=0.4, support=1.0, n=n, successes=successes)
+
+
+def test_every_use_seen_to_fail_opens_a_closed_place_first():
+    actions = ["look", *PUTS, "open drawer", "open table"]
+    memory = {a: seen(a) for a in PUTS}
+    # "table" is a listed target (already open), so only the drawer is offered
+    assert explore_first(actions, memory, opened=set()) == ["open drawer"]
+    assert explore_first(actions, memory, opened=set(), tried={"open drawer": 1}) == []
+
+
+def test_a_success_or_no_evidence_leaves_the_choice_to_the_posterior():
+    actions = [*PUTS, "open drawer"]
+    assert explore_first(actions, {"put sock in table": seen("put sock in table", successes=1)}, set()) == []
+    assert explore_first(actions, {a: seen(a, n=0) for a in PUTS}, set()) == []
+    assert explore_first(actions, {}, set()) == []
+    # one listed use is no choice of where the object goes
+    assert (
+        explore_first(["put sock in table", "open drawer"], {"put sock in table": seen("put sock in table")}, set())
+        == []
+    )
+
+
+def test_a_place_the_episode_opened_is_tried_before_opening_another():
+    actions = [*PUTS, "put sock in drawer", "open box"]
+    memory = {a: seen(a) for a in PUTS}
+    opened = opened_places(["take sock", "Open the drawer."])
+    assert opened == {"drawer"}
+    assert explore_first(actions, memory, opened) == ["put sock in drawer"]
+    assert explore_first(actions, memory, opened, tried={"put sock in drawer"}) == ["open box"]
+
+
+def test_decide_chooses_among_the_explored_actions_and_says_so():
+    probs = {"put sock in table": 0.9, "put sock in chair": 0.08, "open drawer": 0.02}
+    memory = {a: seen(a) for a in PUTS}
+    d = decide(probs, memory, PosteriorConfig(explore_enabling=True), first=["open drawer"])
+    assert d.chosen == "open drawer" and d.decided_by == "exploration" and d.explored == ["open drawer"]
+    assert "so first: open drawer" in d.reason
+    record = d.to_dict()
+    assert record["explored"] == ["open drawer"] and record["explore_enabling"] is True
+    # once the explored action was tried here, the posterior chooses as before
+    again = decide(probs, memory, PosteriorConfig(), avoid={"open drawer"}, first=["open drawer"])
+    assert again.chosen == "put sock in table" and again.explored == []
+
+
+def _settings(home, explore: bool):
+    agent = {
+        "policy": "posterior",
+        "parallel": 1,
+        "max_steps": 4,
+        "posterior": {"explore_enabling": explore},
+    }
+    return load_settings({"home": str(home), "agent": agent, "reflect": {"enabled": False}})
+
+
+def test_the_loop_opens_the_closed_drawer_once_memory_saw_the_open_places_fail(crl_home, monkeypatch):
+    """A sock belongs in a closed drawer; the model prefers the table and the chair, and almost
+    never opens anything. After a stored play that tried both and lost, directed exploration opens
+    the drawer and puts the sock there; without it the replay loses again."""
+    from crl.agent.app import start_run
+    from crl.agent.llm.scripted import ScriptedModel
+    from crl.tasks import registry
+    from crl.tasks.user_task import UserTask
+
+    class Sock(UserTask):
+        name = "tidy/sock"
+        max_steps = 4
+
+        def reset(self, seed):
+            self.place, self.opened = "floor", False
+            return self.observe(self.room(), goal="Put the sock where it belongs.", actions=self.actions())
+
+        def room(self) -> str:
+            where = "You hold a sock." if self.place == "hand" else f"A sock lies on the {self.place}."
+            return f"A bedroom with a table, a chair and a {'open' if self.opened else 'closed'} drawer. {where}"
+
+        def actions(self) -> list[str]:
+            if self.place != "hand":
+                return ["take sock", "look", *([] if self.opened else ["open drawer"])]
+            return [*PUTS, "put sock in drawer" if self.opened else "open drawer"]
+
+        def step(self, action):
+            if action == "put sock in drawer":
+                return self.finish("The sock is away.", success=True)
+            if action.startswith("put sock in "):
+                self.place = action.removeprefix("put sock in ")
+            self.place = "hand" if action == "take sock" else self.place
+            self.opened = self.opened or action == "open drawer"
+            return self.proceed(self.room(), actions=self.actions())
+
+    monkeypatch.setitem(registry._TASKS, Sock.name, Sock.spec())
+    scores = {"take sock": 0.0, "put sock in table": -0.5, "put sock in chair": -0.7, "look": -6.0}
+    model = ScriptedModel(lambda messages: json.dumps(scores | {"open drawer": -8.0, "put sock in drawer": -9.0}))
+    lost = start_run(_settings(crl_home, explore=False), "tidy/sock", 1, model=model).episodes[0]
+    assert not lost.success and {st.action for st in lost.steps} >= set(PUTS)
+
+    replay = start_run(_settings(crl_home, explore=False), "tidy/sock", 1, model=model, kind="eval").episodes[0]
+    assert not replay.success
+
+    explored = start_run(_settings(crl_home, explore=True), "tidy/sock", 1, model=model, kind="eval").episodes[0]
+    assert explored.success
+    assert [st.action for st in explored.steps] == ["take sock", "open drawer", "put sock in drawer"]
+    assert [st.decided_by for st in explored.steps[1:]] == ["exploration", "exploration"]
+    assert explored.steps[1].extra.policy.posterior["explored"] == ["open drawer"]
