@@ -10,7 +10,8 @@ put of the held object fail and none succeed had the right place closed in 63 of
 With `agent.posterior.explore_enabling` on, at such a decision the agent tries first, in order:
 
 1. a use of the object on a place this episode opened itself that it has not tried here;
-2. otherwise "open PLACE" for a place no listed action targets and the episode has not opened.
+2. otherwise "open PLACE" for a place no listed action targets and the episode has not opened
+   ("open door to north" has a target itself, so it is a use, never an opening).
 
 A "use" is a listed action with an object and a target (`action_frame`): the actions sharing a
 verb and an object, at least two of them, form the decision about where that object goes.
@@ -64,7 +65,7 @@ def explore_first(
         closed = [
             a
             for a in actions
-            if (place := _opens(a)) and place not in targets and place != obj and place not in opened and a not in tried
+            if a not in frames and (place := _opens(a)) and place not in targets | opened | {obj} and a not in tried
         ]
         if closed:
             return closed

@@ -29,6 +29,9 @@ def test_a_success_or_no_evidence_leaves_the_choice_to_the_posterior():
     assert explore_first(actions, {"put sock in table": seen("put sock in table", successes=1)}, set()) == []
     assert explore_first(actions, {a: seen(a, n=0) for a in PUTS}, set()) == []
     assert explore_first(actions, {}, set()) == []
+    # doors opened toward a direction are uses of the door, never openings of a closed place
+    doors = ["open door to north", "open door to south"]
+    assert explore_first(doors, {a: seen(a) for a in doors}, set()) == []
     # one listed use is no choice of where the object goes
     assert (
         explore_first(["put sock in table", "open drawer"], {"put sock in table": seen("put sock in table")}, set())
