@@ -9,9 +9,15 @@ put of the held object fail and none succeed had the right place closed in 63 of
 
 With `agent.posterior.explore_enabling` on, at such a decision the agent tries first, in order:
 
-1. a use of the object on a place this episode opened itself that it has not tried here;
-2. otherwise "open PLACE" for a place no listed action targets and the episode has not opened
-   ("open door to north" has a target itself, so it is a use, never an opening).
+1. a use of the object on a place that directed exploration opened this episode, unless the
+   episode already made that very use;
+2. otherwise "open PLACE" for a place no listed action targets and exploration has not opened
+   ("open door to north" has a target itself, so it is a use, never an opening), unless it was
+   tried in this situation.
+
+Places the model opened on its own are listed places like any other: the first measurement,
+which also tried first every place the episode had opened, put a magazine into the wastepaper
+basket the model had opened at the first step, then looped on opening and closing it.
 
 A "use" is a listed action with an object and a target (`action_frame`): the actions sharing a
 verb and an object, at least two of them, form the decision about where that object goes.
@@ -30,7 +36,7 @@ ENABLING_VERB = "open"
 
 
 def opened_places(taken: Iterable[str]) -> set[str]:
-    """The places this episode's actions opened ("open shoe cabinet" -> "shoe cabinet")."""
+    """The places these actions opened ("open shoe cabinet" -> "shoe cabinet")."""
     prefix = ENABLING_VERB + " "
     return {a[len(prefix) :] for a in map(normalise_action, taken) if a.startswith(prefix)}
 
@@ -40,6 +46,7 @@ def explore_first(
     memory: Mapping[str, MemoryAdvantage],
     opened: Collection[str],
     tried: Collection[str] = (),
+    taken: Collection[str] = (),
 ) -> list[str]:
     """The actions to choose among first (module docstring), or [] to leave the choice to the posterior.
 
@@ -47,8 +54,11 @@ def explore_first(
         actions: the admissible actions.
         memory: memory's evidence per action (`memory_advantages`); an action counts as seen to
             fail when its stored votes (n > 0) hold no success.
-        opened: the places the episode opened (`opened_places`).
-        tried: actions already taken in this situation; never offered again.
+        opened: the places directed exploration opened this episode (`opened_places` of the
+            actions it chose).
+        tried: actions already taken in this situation; no opening among them is offered again.
+        taken: the episode's actions so far, normalised (`normalise_action`); no use among them
+            is offered again.
     """
     frames = {a: f for a in actions if (f := action_frame(a)) is not None}
     targets = {f.target for f in frames.values()}
@@ -59,7 +69,7 @@ def explore_first(
         seen = [memory[a] for a in group if a in memory and memory[a].n > 0]
         if len(group) < 2 or not seen or any(e.successes > 0 for e in seen):
             continue
-        fresh = [a for a in group if frames[a].target in opened and a not in tried]
+        fresh = [a for a in group if frames[a].target in opened and normalise_action(a) not in taken]
         if fresh:
             return fresh
         closed = [

@@ -25,6 +25,7 @@ from crl.memory.retrieval.episodic_control import VoteWeights, memory_advantages
 from crl.memory.retrieval.retriever import RetrievalQuery
 from crl.memory.storage.episode_log import EpisodeLog
 from crl.memory.trajectory import Episode, MemoryOffer, Step
+from crl.tasks.actions import normalise_action
 from crl.tasks.base import TextEnv
 
 if TYPE_CHECKING:
@@ -485,13 +486,7 @@ class Runner:
         held = session.held_rewards()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
-        first = (
-            explore_first(
-                dist.actions, advantages, opened_places(s.action for s in session.episode.steps if s.valid), tried
-            )
-            if config.explore_enabling and advantages
-            else []
-        )
+        first = self._explore_first(session, dist.actions, advantages, tried) if config.explore_enabling else []
 
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
             decision = decide(
@@ -507,6 +502,15 @@ class Runner:
             return decision.chosen, decision.decided_by, decision.reason, record
 
         return completion, choose
+
+    @staticmethod
+    def _explore_first(session: EpisodeSession, actions, advantages, tried) -> list[str]:
+        """What directed exploration offers first in this state (`agent.directed_exploration`)."""
+        if not advantages:
+            return []
+        steps = session.episode.steps
+        opened = opened_places(s.action for s in steps if s.decided_by == "exploration")
+        return explore_first(actions, advantages, opened, tried, {normalise_action(s.action) for s in steps})
 
     def _generate(self, batch: list[list[Message]], stats: RunnerStats) -> list[Completion | ModelFailure]:
         """One reply per prompt; a `ModelFailure` for each prompt that got none after the
