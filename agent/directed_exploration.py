@@ -7,13 +7,14 @@ places. At stop 53, over four dev evaluations, a put decision at which memory ha
 put of the held object fail and none succeed had the right place closed in 63 of 73 cases
 (`docs/results/twc-levers/explore/`).
 
-With `agent.posterior.explore_enabling` on, at such a decision the agent tries first, in order:
+With `agent.posterior.explore_enabling` on, where memory has seen no listed use of a held object
+succeed, the agent tries first, in order:
 
-1. a use of the object on a place that directed exploration opened this episode, unless the
-   episode already made that very use;
-2. otherwise "open PLACE" for a place no listed action targets and exploration has not opened
-   ("open door to north" has a target itself, so it is a use, never an opening), unless it was
-   tried in this situation.
+1. a use of the object on a place directed exploration opened this episode, unless the episode
+   already made that very use (memory may know nothing of the state the opening led to);
+2. where memory has also seen some listed use fail: "open PLACE" for a place no listed action
+   targets and exploration has not opened ("open door to north" has a target itself, so it is a
+   use, never an opening), unless it was tried in this situation.
 
 Places the model opened on its own are listed places like any other: the first measurement,
 which also tried first every place the episode had opened, put a magazine into the wastepaper
@@ -67,10 +68,10 @@ def explore_first(
         uses.setdefault((frame.verb, frame.object), []).append(action)
     for (_, obj), group in uses.items():
         seen = [memory[a] for a in group if a in memory and memory[a].n > 0]
-        if len(group) < 2 or not seen or any(e.successes > 0 for e in seen):
+        if len(group) < 2 or any(e.successes > 0 for e in seen):
             continue
         fresh = [a for a in group if frames[a].target in opened and normalise_action(a) not in taken]
-        if fresh:
+        if fresh or not seen:
             return fresh
         closed = [
             a

@@ -46,6 +46,9 @@ def test_a_place_exploration_opened_is_used_before_opening_another():
     assert explore_first(actions, memory, opened={"drawer"}) == ["put sock in drawer"]
     # the same use is never offered twice in an episode, whatever the situation
     assert explore_first(actions, memory, opened={"drawer"}, taken={"put sock in drawer"}) == ["open box"]
+    # once opened, the drawer comes first even where memory holds nothing on the new state
+    assert explore_first(actions, {}, opened={"drawer"}) == ["put sock in drawer"]
+    assert explore_first(actions, {"put sock in table": seen("put sock in table", successes=1)}, {"drawer"}) == []
     # a drawer the model opened on its own is a listed place like the table: the box is opened first
     assert explore_first(actions, memory, opened=set()) == ["open box"]
 
