@@ -8,7 +8,7 @@ put of the held object fail and none succeed had the right place closed in 63 of
 (`docs/results/twc-levers/explore/`).
 
 With `agent.posterior.explore_enabling` on, where memory has seen no listed use of a held object
-succeed, the agent tries first, in order:
+succeed (uses on places exploration opened aside), the agent tries first, in order:
 
 1. a use of the object on a place directed exploration opened this episode, unless the episode
    already made that very use (memory may know nothing of the state the opening led to);
@@ -67,10 +67,10 @@ def explore_first(
     for action, frame in frames.items():
         uses.setdefault((frame.verb, frame.object), []).append(action)
     for (_, obj), group in uses.items():
-        seen = [memory[a] for a in group if a in memory and memory[a].n > 0]
+        fresh = [a for a in group if frames[a].target in opened and normalise_action(a) not in taken]
+        seen = [memory[a] for a in group if a in memory and memory[a].n > 0 and a not in fresh]
         if len(group) < 2 or any(e.successes > 0 for e in seen):
             continue
-        fresh = [a for a in group if frames[a].target in opened and normalise_action(a) not in taken]
         if fresh or not seen:
             return fresh
         closed = [

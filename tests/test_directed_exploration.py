@@ -49,6 +49,9 @@ def test_a_place_exploration_opened_is_used_before_opening_another():
     # once opened, the drawer comes first even where memory holds nothing on the new state
     assert explore_first(actions, {}, opened={"drawer"}) == ["put sock in drawer"]
     assert explore_first(actions, {"put sock in table": seen("put sock in table", successes=1)}, {"drawer"}) == []
+    # the new place's own success evidence does not turn the rule off
+    drawer = {"put sock in drawer": seen("put sock in drawer", successes=1)}
+    assert explore_first(actions, memory | drawer, opened={"drawer"}) == ["put sock in drawer"]
     # a drawer the model opened on its own is a listed place like the table: the box is opened first
     assert explore_first(actions, memory, opened=set()) == ["open box"]
 
