@@ -27,10 +27,14 @@ verb and an object, at least two of them, form the decision about where that obj
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from crl.memory.retrieval.analogy import action_frame
 from crl.memory.retrieval.episodic_control import MemoryAdvantage
 from crl.tasks.actions import normalise_action
+
+if TYPE_CHECKING:
+    from crl.memory.trajectory import Step
 
 ENABLING_VERB = "open"
 """The verb of the actions that can make new places usable."""
@@ -40,6 +44,13 @@ def opened_places(taken: Iterable[str]) -> set[str]:
     """The places these actions opened ("open shoe cabinet" -> "shoe cabinet")."""
     prefix = ENABLING_VERB + " "
     return {a[len(prefix) :] for a in map(normalise_action, taken) if a.startswith(prefix)}
+
+
+def explored_openings(steps: Iterable[Step]) -> set[str]:
+    """The places directed exploration opened in these steps: those it decided (its offer was
+    neither the model's argmax nor the posterior's). A place the model or the posterior chose to
+    open, offered or not, is the model's own opening, a listed place like any other."""
+    return opened_places(s.action for s in steps if s.decided_by == "exploration")
 
 
 def explore_first(
@@ -71,8 +82,10 @@ def explore_first(
         seen = [memory[a] for a in group if a in memory and memory[a].n > 0 and a not in fresh]
         if len(group) < 2 or any(e.successes > 0 for e in seen):
             continue
-        if fresh or not seen:
+        if fresh:
             return fresh
+        if not seen:
+            continue
         closed = [
             a
             for a in actions

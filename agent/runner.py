@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from crl.agent.advisor import MemoryAdvisor
 from crl.agent.candidates import DEFAULT_CAP, CandidateSet, ListsValidActions, build_candidates
-from crl.agent.directed_exploration import explore_first, opened_places
+from crl.agent.directed_exploration import explore_first, explored_openings
 from crl.agent.llm.base import BackendRefused, BatchError, ChatModel, Completion, LLMError, Message
 from crl.agent.parsing import parse_reply
 from crl.agent.posterior import PosteriorPolicy, decide, decision_rng
@@ -509,8 +509,8 @@ class Runner:
         if not advantages:
             return []
         steps = session.episode.steps
-        opened = opened_places(s.action for s in steps if s.decided_by == "exploration")
-        return explore_first(actions, advantages, opened, tried, {normalise_action(s.action) for s in steps})
+        taken = {normalise_action(s.action) for s in steps}
+        return explore_first(actions, advantages, explored_openings(steps), tried, taken)
 
     def _generate(self, batch: list[list[Message]], stats: RunnerStats) -> list[Completion | ModelFailure]:
         """One reply per prompt; a `ModelFailure` for each prompt that got none after the

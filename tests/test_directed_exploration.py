@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from crl.agent.config import load_settings
-from crl.agent.directed_exploration import explore_first, opened_places
+from crl.agent.directed_exploration import explore_first, explored_openings, opened_places
 from crl.agent.posterior import PosteriorConfig, decide
 from crl.memory.retrieval.episodic_control import MemoryAdvantage
+from crl.memory.trajectory import Step
 
 PUTS = ["put sock in table", "put sock in chair"]
 
@@ -54,6 +55,20 @@ def test_a_place_exploration_opened_is_used_before_opening_another():
     assert explore_first(actions, memory | drawer, opened={"drawer"}) == ["put sock in drawer"]
     # a drawer the model opened on its own is a listed place like the table: the box is opened first
     assert explore_first(actions, memory, opened=set()) == ["open box"]
+
+
+def test_an_object_memory_knows_nothing_of_does_not_hide_another_held_one():
+    hats = ["put hat in table", "put hat in chair"]
+    actions = [*hats, *PUTS, "open drawer"]
+    assert explore_first(actions, {a: seen(a) for a in PUTS}, set()) == ["open drawer"]
+
+
+def test_a_place_counts_as_explored_only_where_exploration_decided_the_step():
+    def step(i: int, action: str, decided_by: str) -> Step:
+        return Step(i, "room", action, decided_by=decided_by)
+
+    steps = [step(0, "open box", "llm"), step(1, "open drawer", "exploration"), step(2, "open cupboard", "memory")]
+    assert explored_openings(steps) == {"drawer"}
 
 
 def test_decide_chooses_among_the_explored_actions_and_says_so():
