@@ -143,3 +143,12 @@ def test_the_loop_opens_the_closed_drawer_once_memory_saw_the_open_places_fail(c
     assert [st.action for st in explored.steps] == ["take sock", "open drawer", "put sock in drawer"]
     assert [st.decided_by for st in explored.steps[1:]] == ["exploration", "exploration"]
     assert explored.steps[1].extra.policy.posterior["explored"] == ["open drawer"]
+
+    from rich.console import Console
+
+    from crl.agent.explain import render_explanation
+
+    console = Console(record=True, width=200)
+    render_explanation(console, explored)
+    text = console.export_text()
+    assert ", directed exploration)" in text and "explored first" in text and "decided by exploration" in text
