@@ -115,7 +115,7 @@ class PosteriorSettings(BaseModel):
         "what the winners did there (go through the door just opened) outweighs the model's untried favourite.",
     )
     explore_enabling: bool = Field(
-        False,
+        True,
         description="Directed exploration (`agent.directed_exploration`): where memory saw listed uses of a held "
         "object ('put X in P') fail and none succeed, first try a place the episode opened and has not used, else "
         "open a closed one ('open P' for a place no listed action targets).",

@@ -7,8 +7,9 @@ places. At stop 53, over four dev evaluations, a put decision at which memory ha
 put of the held object fail and none succeed had the right place closed in 63 of 73 cases
 (`docs/results/twc-levers/explore/`).
 
-With `agent.posterior.explore_enabling` on, where memory has seen no listed use of a held object
-succeed (uses on places exploration opened aside), the agent tries first, in order:
+With `agent.posterior.explore_enabling` on (the default since stop 53), where memory has seen no
+listed use of a held object succeed (uses on places exploration opened aside), the agent tries
+first, in order:
 
 1. a use of the object on a place directed exploration opened this episode, unless the episode
    already made that very use (memory may know nothing of the state the opening led to);

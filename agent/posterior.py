@@ -139,7 +139,7 @@ class PosteriorConfig:
     )
 
     explore_enabling: bool = field(
-        default=False,
+        default=True,
         metadata={
             "help": "Where memory saw listed uses of a held object fail and none succeed, first try a place the "
             "episode opened, else open a closed one (`agent.directed_exploration`)."

@@ -7,7 +7,6 @@ belonged: listed (L), behind a listed "open PLACE" (C), or neither (N).
 
 import collections
 import glob
-import json
 import re
 import sys
 from pathlib import Path

@@ -45,4 +45,6 @@ for path in sys.argv[1:]:
                 changed += 1
                 episodes.add(rec["episode_id"])
         done.add(normalise_action(rec["action"]))
-    print(f"{path}: {decisions} decisions, exploration offers actions at {offered}, changes {changed} choices in {len(episodes)} episodes")
+    print(
+        f"{path}: {decisions} decisions, exploration offers actions at {offered}, changes {changed} choices in {len(episodes)} episodes"
+    )

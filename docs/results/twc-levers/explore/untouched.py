@@ -28,4 +28,6 @@ def games(path: str) -> dict[int, tuple[list[str], bool]]:
 explore, base = games(sys.argv[1]), games(sys.argv[2])
 untouched = [s for s, (_, touched) in explore.items() if not touched]
 same = [s for s in untouched if explore[s][0] == base[s][0]]
-print(f"{len(explore)} games, {len(untouched)} never offered an exploration; of those, {len(same)} played as the baseline")
+print(
+    f"{len(explore)} games, {len(untouched)} never offered an exploration; of those, {len(same)} played as the baseline"
+)
