@@ -117,8 +117,8 @@ class PosteriorSettings(BaseModel):
     explore_enabling: bool = Field(
         True,
         description="Directed exploration (`agent.directed_exploration`): where memory saw listed uses of a held "
-        "object ('put X in P') fail and none succeed, first try a place the episode opened and has not used, else "
-        "open a closed one ('open P' for a place no listed action targets).",
+        "object ('put X in P') fail and none succeed, first use a place exploration opened this episode (once), "
+        "else open a closed one ('open P' for a place no listed action targets).",
     )
     condition: Literal["purpose", "task"] = Field(
         "purpose",

@@ -67,8 +67,7 @@ def explore_first(
         actions: the admissible actions.
         memory: memory's evidence per action (`memory_advantages`); an action counts as seen to
             fail when its stored votes (n > 0) hold no success.
-        opened: the places directed exploration opened this episode (`opened_places` of the
-            actions it chose).
+        opened: the places directed exploration opened this episode (`explored_openings`).
         tried: actions already taken in this situation; no opening among them is offered again.
         taken: the episode's actions so far, normalised (`normalise_action`); no use among them
             is offered again.

@@ -141,8 +141,8 @@ class PosteriorConfig:
     explore_enabling: bool = field(
         default=True,
         metadata={
-            "help": "Where memory saw listed uses of a held object fail and none succeed, first try a place the "
-            "episode opened, else open a closed one (`agent.directed_exploration`)."
+            "help": "Where memory saw listed uses of a held object fail and none succeed, first use a place "
+            "exploration opened, else open a closed one (`agent.directed_exploration`)."
         },
     )
 
