@@ -445,12 +445,15 @@ def test_explain_names_the_cap_on_untried_support():
 
     probs = {"look": 0.6, "go west": 0.4}
     memory = {"go west": MemoryAdvantage("go west", q=0.1, baseline=-0.5, support=0.25)}
-    decision = decide(probs, memory, PosteriorConfig(untried_support=0.25)).to_dict()
+    decision = decide(probs, memory, PosteriorConfig(untried_support=0.25, explore_enabling=False)).to_dict()
     assert decision["untried_support"] == 0.25
     assert "untried actions explored with support at most 0.25)" in posterior_table(decision).title
-    assert "support at most" not in posterior_table(decide(probs, memory, PosteriorConfig()).to_dict()).title
-    floored = decide(probs, memory, PosteriorConfig(untried_support=0.25, untried_floor=True)).to_dict()
-    assert posterior_table(floored).title.endswith("at most 0.25, never below the baseline)")
+    default = posterior_table(decide(probs, memory, PosteriorConfig()).to_dict()).title
+    assert "support at most" not in default and default.endswith(", directed exploration)")
+    floored = PosteriorConfig(untried_support=0.25, untried_floor=True, explore_enabling=False)
+    assert posterior_table(decide(probs, memory, floored).to_dict()).title.endswith(
+        "at most 0.25, never below the baseline)"
+    )
 
 
 def test_an_action_that_would_undo_a_held_reward_is_named_as_such():
