@@ -43,8 +43,7 @@ ENABLING_VERB = "open"
 
 def opened_places(taken: Iterable[str]) -> set[str]:
     """The places these actions opened ("open shoe cabinet" -> "shoe cabinet")."""
-    prefix = ENABLING_VERB + " "
-    return {a[len(prefix) :] for a in map(normalise_action, taken) if a.startswith(prefix)}
+    return {place for a in taken if (place := _opens(a))}
 
 
 def explored_openings(steps: Iterable[Step]) -> set[str]:
@@ -86,10 +85,9 @@ def explore_first(
             return fresh
         if not seen:
             continue
+        known = targets | set(opened) | {obj}
         closed = [
-            a
-            for a in actions
-            if a not in frames and (place := _opens(a)) and place not in targets | opened | {obj} and a not in tried
+            a for a in actions if a not in frames and a not in tried and (place := _opens(a)) and place not in known
         ]
         if closed:
             return closed

@@ -386,9 +386,9 @@ def decide(
     fewest = min(tries.get(a, 0) for a in actions)
     open_ = [i for i, a in enumerate(actions) if tries.get(a, 0) == fewest]
     avoided = [a for a in actions if tries.get(a, 0) > fewest]
-    explored = [actions[i] for i in open_ if actions[i] in first]
-    if explored:
-        open_ = [i for i in open_ if actions[i] in first]
+    offered = [i for i in open_ if actions[i] in first]
+    explored = [actions[i] for i in offered]
+    open_ = offered or open_
     if config.mode == "greedy":
         chosen = actions[max(open_, key=lambda i: (post[i], i == actions.index(posterior_best), -i))]
     else:

@@ -8,8 +8,9 @@ decision stands; the run would have played identically up to its first other dec
 """
 
 import json
-import re
 import sys
+
+from decisions import evidence as hint_counts
 
 from crl.agent.directed_exploration import explore_first
 from crl.memory.retrieval.episodic_control import MemoryAdvantage
@@ -21,8 +22,7 @@ def evidence(action: str, entry: dict) -> MemoryAdvantage | None:
     mem = entry.get("memory")
     if not mem:
         return None
-    m = re.search(r"success (\d+) of", mem.get("hint", ""))
-    ok = mem.get("successes", int(m.group(1)) if m else 0)
+    ok = mem.get("successes", hint_counts(entry)[0])
     return MemoryAdvantage(action, mem["q"], mem["baseline"], mem["support"], mem.get("n", 0), mem["hint"], 0, ok)
 
 
