@@ -98,6 +98,11 @@ def audit(home: Path, memory_url: str, embedding: str) -> dict[str, Any]:
     lost_episodes = sum(1 for eid, n in logged.items() if stored.get(eid, -1) < n)
     lost_updates = sum(max(0, n - before[rid][2]) for rid, n in increments.items() if rid in before)
     extra_updates = sum(max(0, before[rid][2] - n) for rid, n in increments.items() if rid in before)
+    miscounted = [
+        {"id": rid, "use_count": before[rid][2], "journalled": n}
+        for rid, n in sorted(increments.items())
+        if rid in before and before[rid][2] != n
+    ]
     rebuilt = subprocess.run(
         [sys.executable, "-m", "crl", "memory", "rebuild", "--yes", "--memory-url", memory_url, "--json"],
         env=crl_env(home, embedding),
@@ -117,10 +122,24 @@ def audit(home: Path, memory_url: str, embedding: str) -> dict[str, Any]:
         "credit_increments": sum(increments.values()),
         "lost_updates": lost_updates,
         "extra_updates": extra_updates,
+        "miscounted": miscounted[:10],
         "records": len(before),
         "rebuild_identical": not differ,
         "rebuild_differences": differ[:10],
     }
+
+
+def writer_notices(logs: list[Path], limit: int = 10) -> list[str]:
+    """The lines the writers printed besides their JSON results (warnings: an outage, a skipped entry)."""
+    seen: dict[str, None] = {}
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            text = line.strip()
+            if text == "{":
+                break  # the JSON result
+            if text and "tiktoken" not in text and "━" not in text:
+                seen.setdefault(f"{log.stem}: {text[:300]}", None)
+    return list(seen)[:limit]
 
 
 def run_bench(writers: int, episodes: int, max_steps: int, embedding: str, root: Path) -> dict[str, Any]:
@@ -143,6 +162,7 @@ def run_bench(writers: int, episodes: int, max_steps: int, embedding: str, root:
         if failed:
             raise RuntimeError("a writer failed:\n" + "\n".join(failed))
         figures = audit(home, server.url, embedding)
+        figures["writer_notices"] = writer_notices([log for _, log in procs])
     finally:
         model_server.stop()
         server.stop()

@@ -69,7 +69,7 @@ def test_concurrent_credit_loses_no_increment(chroma_server, tmp_path):  # noqa:
 @pytest.mark.slow
 def test_four_crl_runs_on_one_server_lose_nothing_and_rebuild_exactly(tmp_path):
     figures = run_bench(writers=4, episodes=3, max_steps=5, embedding="hashing", root=tmp_path)
-    assert figures["logged_episodes"] == figures["stored_episodes"] == 12
-    assert figures["lost_episodes"] == 0
-    assert figures["credit_increments"] > 0 and figures["lost_updates"] == 0 and figures["extra_updates"] == 0
+    assert figures["logged_episodes"] == figures["stored_episodes"] == 12, figures
+    assert figures["lost_episodes"] == 0, figures
+    assert figures["credit_increments"] > 0 and figures["lost_updates"] == 0 and figures["extra_updates"] == 0, figures
     assert figures["rebuild_identical"], figures["rebuild_differences"]
