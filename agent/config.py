@@ -212,6 +212,16 @@ class AgentSettings(BaseModel):
         description="With the loop breaker, also pass over an action whose reward the episode still holds, on tasks "
         "that declare repeating it undoes it (TaskSpec.repeat_undoes_reward: twc's take-back of an item put away).",
     )
+    idle_actions: bool = Field(
+        True,
+        description="With the loop breaker, pass over everywhere in an episode an action listed at every step so far "
+        "that changed nothing each time it was taken (look around, inventory), not only where it was tried.",
+    )
+    frontier: bool = Field(
+        True,
+        description="With the loop breaker, pass over moves back to a place visited since the episode's last reward "
+        "while another choice remains, on tasks that name their places (TaskSpec.places: TextWorldExpress).",
+    )
     fuzzy_threshold: float = Field(
         0.75, ge=0, le=1, description="Similarity needed to map a reply onto an admissible action."
     )

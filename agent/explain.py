@@ -125,7 +125,13 @@ def posterior_table(posterior: dict) -> Table:
             for m, on in (
                 ("chosen", action == posterior["chosen"]),
                 ("model's argmax", action == posterior["model_best"]),
-                ("tried here", action in posterior.get("avoided", []) and action not in posterior.get("held", [])),
+                (
+                    "tried here",
+                    action in posterior.get("avoided", [])
+                    and action not in posterior.get("held", [])
+                    and action not in posterior.get("revisits", []),
+                ),
+                ("leads back to a place seen", action in posterior.get("revisits", [])),
                 ("would undo a held reward", action in posterior.get("held", [])),
                 ("explored first", action in posterior.get("explored", [])),
             )

@@ -237,6 +237,7 @@ class PosteriorDecision:
     avoided: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
     explored: list[str] = field(default_factory=list)
+    revisits: list[str] = field(default_factory=list)
 
     @property
     def memory_changed_argmax(self) -> bool:
@@ -267,12 +268,15 @@ class PosteriorDecision:
         line += ")"
         if self.memory_changed_argmax:
             line += f"; memory overrode the model's {self.model_best!r}"
-        tried = [a for a in self.avoided if a not in self.held]
+        tried = [a for a in self.avoided if a not in self.held and a not in self.revisits]
         if tried:
             line += f"; already tried here: {', '.join(tried)}"
         held = [a for a in self.avoided if a in self.held]
         if held:
             line += f"; would undo a reward the episode holds: {', '.join(held)}"
+        back = [a for a in self.avoided if a in self.revisits and a not in self.held]
+        if back:
+            line += f"; leads back to a place seen since the last reward: {', '.join(back)}"
         if self.explored:
             line += f"; memory saw no listed use of what is held succeed, so first: {', '.join(self.explored)}"
         return line
@@ -296,6 +300,7 @@ class PosteriorDecision:
             "untried_cap": self.config.untried_cap,
             "avoided": list(self.avoided),
             **({"held": list(self.held)} if self.held else {}),
+            **({"revisits": list(self.revisits)} if self.revisits else {}),
             **({"explore_enabling": True} if self.config.explore_enabling else {}),
             **({"explored": list(self.explored)} if self.explored else {}),
             "actions": {
@@ -345,6 +350,7 @@ def decide(
     avoid: Collection[str] | Mapping[str, int] = (),
     held: Collection[str] = (),
     first: Collection[str] = (),
+    revisits: Collection[str] = (),
 ) -> PosteriorDecision:
     """Choose an action from the posterior over the scored candidates.
 
@@ -364,6 +370,8 @@ def decide(
             episode still holds (`EpisodeSession.held_rewards`), so the record says why.
         first: actions to choose among before the others while any of them is open to choice
             (`agent.directed_exploration.explore_first`); the posterior itself is left as computed.
+        revisits: those of `avoid` that lead back to a place seen since the last reward
+            (`EpisodeSession.revisits`), so the record says why.
 
     Returns:
         The `PosteriorDecision`, with the chosen action and everything behind it.
@@ -394,6 +402,7 @@ def decide(
     else:
         chosen = actions[rng.choices(open_, weights=[post[i] for i in open_])[0]]
     held_here = [a for a in avoided if a in held]
+    back = [a for a in avoided if a in revisits]
     return PosteriorDecision(
         actions,
         probs,
@@ -408,6 +417,7 @@ def decide(
         avoided,
         held_here,
         explored,
+        back,
     )
 
 

@@ -484,13 +484,21 @@ class Runner:
             )
         tried = session.tries_here()
         held = session.held_rewards()
+        revisits = session.revisits()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
         first = self._explore_first(session, dist.actions, advantages, tried) if config.explore_enabling else []
 
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
             decision = decide(
-                dist.as_mapping(), advantages, self.posterior.config, rng, avoid=tried, held=held, first=first
+                dist.as_mapping(),
+                advantages,
+                self.posterior.config,
+                rng,
+                avoid=tried,
+                held=held,
+                first=first,
+                revisits=revisits,
             )
             if advisor is not None and decision.chosen in advantages:
                 session.used_memory.extend(

@@ -17,7 +17,8 @@ from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, P
 from crl.prompts.budget import BudgetItem, TokenCount
 from crl.prompts.state import PromptHistory
 from crl.tasks.base import Observation, TextEnv
-from crl.tasks.situations import repeat_undoes_reward, situation_of
+from crl.tasks.places import places_of
+from crl.tasks.situations import last_paragraph, repeat_undoes_reward, situation_of
 
 if TYPE_CHECKING:
     from crl.agent.tools.toolbox import Toolbox
@@ -40,6 +41,8 @@ class LoopConfig:
     fuzzy_threshold: float = 0.75
     loop_breaker: bool = True
     held_rewards: bool = True
+    idle_actions: bool = True
+    frontier: bool = True
     log_prompts: str = "memory"
     react: bool = True
     prefill: bool = True
@@ -92,6 +95,11 @@ class EpisodeSession:
         self._tried: dict[str, set[str]] = {}
         self._no_ops: dict[tuple[str, ...], set[str]] = {}
         self._earned: dict[str, float] = {}
+        self._listed_throughout = set(self.observation.admissible_actions or [])
+        self._changed_something: dict[str, bool] = {}
+        self._places = places_of(episode.task) if config.loop_breaker and config.frontier else None
+        self._visited: set[str] = set()
+        self._visit(self.observation)
 
     def replay(self, steps: list[Step]) -> None:
         """Re-apply logged steps (for `--resume`): the environment is deterministic per seed,
@@ -162,16 +170,47 @@ class EpisodeSession:
 
     def tried_here(self) -> set[str]:
         """Actions (and unusable replies) already tried in the current situation: after an
-        observation of this same situation (`here`), or, with `agent.loop_breaker` where the task
-        lists its actions, with this same list of actions and nothing changed by them (`examine
-        door` twice: the second can only repeat the first); and, where the task declares that
-        repeating a rewarded action undoes it, the actions whose reward is still held
-        (`held_rewards`)."""
+        observation of this same situation (`here`); with `agent.loop_breaker` where the task lists
+        its actions, also the known no-ops (`no_ops_here`); where the task declares that repeating a
+        rewarded action undoes it, the actions whose reward is still held (`held_rewards`); and moves
+        back to places seen since the last reward (`revisits`)."""
         tried = self._tried.get(self.here(), set())
+        extra = self.no_ops_here() | self.held_rewards() | self.revisits()
+        return tried | extra if extra else tried
+
+    def no_ops_here(self) -> set[str]:
+        """Listed actions known to change nothing here: taken with this same list of actions and nothing
+        changed by them (`examine door` twice: the second can only repeat the first), and, with
+        `agent.idle_actions`, the episode's idle actions (`idle_actions`). Empty without the loop breaker
+        or a list of actions."""
         listed = self.observation.admissible_actions if self.config.loop_breaker else None
-        no_ops = self._no_ops.get(tuple(sorted(listed)), set()) if listed else set()
-        held = self.held_rewards()
-        return tried | no_ops | held if no_ops or held else tried
+        if not listed:
+            return set()
+        no_ops = self._no_ops.get(tuple(sorted(listed)), set())
+        if self.config.idle_actions:
+            no_ops = no_ops | (self.idle_actions() & set(listed))
+        return no_ops
+
+    def revisits(self) -> set[str]:
+        """Listed moves that lead, as the observation names it, to a place this episode has been in since
+        its last reward (on tasks that declare `TaskSpec.places`, with the loop breaker and
+        `agent.frontier` on): the loop rules pass over them while another choice remains."""
+        if self._places is None or not self._visited:
+            return set()
+        text, leads_to = self.observation.text, self._places.leads_to
+        return {a for a in self.observation.admissible_actions or [] if leads_to(text, a) in self._visited}
+
+    def _visit(self, observation: Observation) -> None:
+        if self._places is not None:
+            place = self._places.here(observation.text)
+            if place is not None:
+                self._visited.add(place)
+
+    def idle_actions(self) -> set[str]:
+        """Actions listed at every step of this episode so far that changed nothing each time they
+        were taken (TextWorldExpress's "look around" and "inventory", whose replies the observation
+        already holds): the loop rules pass over them everywhere, not only where they were tried."""
+        return {a for a, changed in self._changed_something.items() if not changed and a in self._listed_throughout}
 
     def held_rewards(self) -> set[str]:
         """Actions that earned a reward this episode which the episode still holds (its return has
@@ -186,10 +225,12 @@ class EpisodeSession:
         return {action for action, after in self._earned.items() if now >= after}
 
     def tries_here(self) -> dict[str, int]:
-        """`tried_here` with how often each was taken in the current situation (at least 1 each):
-        where everything was tried, the least-taken action is the one not yet looped on."""
+        """`tried_here` with how often each was taken in the current situation (at least 1 each, and one
+        more for a known no-op): where everything was tried, the least-taken action is the one not yet
+        looped on, and an action that changes nothing comes after one that at least goes somewhere."""
         here = self.here()
-        return {a: max(1, self._seen.get((here, a), 0)) for a in self.tried_here()}
+        no_ops = self.no_ops_here()
+        return {a: max(1, self._seen.get((here, a), 0)) + (a in no_ops) for a in self.tried_here()}
 
     def reached_so_far(self) -> set[str]:
         """Every sub-goal reached at any step so far, as stored steps' purposes count them (a resumed
@@ -319,8 +360,11 @@ class EpisodeSession:
         return random.Random(f"{self.episode.task}:{self.episode.seed}:{index}").choice(options)
 
     def _advance(self, action: str, obs: Observation, step: Step, info: dict, call: dict | None = None) -> None:
-        if self._changed_nothing(obs, step, info):
+        idle = self._changed_nothing(obs, step, info)
+        if idle:
             self._no_ops.setdefault(tuple(sorted(self.observation.admissible_actions)), set()).add(action)
+        self._changed_something[action] = self._changed_something.get(action, False) or not idle
+        self._listed_throughout &= set(obs.admissible_actions or [])
         key = (self.here(), action)
         repeats = self._seen.get(key, 0)
         self._seen[key] = repeats + 1
@@ -329,6 +373,9 @@ class EpisodeSession:
         self.history.acted(action, obs.text, repeated=bool(repeats), call=call)
         self.observation = obs
         self.episode.total_return += float(step.reward)
+        if step.reward:
+            self._visited.clear()  # progress: what the task needs next may be in a room already seen
+        self._visit(obs)
         if step.reward > 0:
             self._earned[action] = self.episode.total_return
         subgoals = info.get("subgoals")
@@ -344,7 +391,7 @@ class EpisodeSession:
         before, after = self.observation.admissible_actions, obs.admissible_actions
         if not before or not after or sorted(before) != sorted(after) or step.reward or step.done:
             return False
-        if _last_paragraph(obs.text) != _last_paragraph(self.observation.text):
+        if last_paragraph(obs.text) != last_paragraph(self.observation.text):
             return False
         before_step = reached_subgoals({"subgoals": self.episode.subgoals}) | set(given_subgoals(self.episode.task))
         return reached_subgoals(info) <= before_step
@@ -367,7 +414,3 @@ class EpisodeSession:
     @property
     def finished(self) -> bool:
         return self.episode.finished
-
-
-def _last_paragraph(text: str) -> str:
-    return text.rsplit("\n\n", 1)[-1].strip()

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from crl.tasks.places import Places
+
 
 class TaskError(Exception):
     """A task could not be built or played; the message says why and what to do."""
@@ -100,6 +102,8 @@ class TaskSpec:
     (`crl.tasks.situations`); None: the whole observation. `repeat_undoes_reward`: each point is
     paid once and lost again by undoing what earned it (twc: take a shirt +, put it in the basket +,
     take it back out -), so the loop rules pass over an action whose reward the episode still holds.
+    `places`: where the player is and where each listed move leads, as the observation names them
+    (`crl.tasks.places`), so the loop rules pass over moves back to places already seen.
     """
 
     name: str
@@ -115,6 +119,7 @@ class TaskSpec:
     action_role: Callable[[str, str], str | None] | None = None
     situation: Callable[[str], str] | None = None
     repeat_undoes_reward: bool = False
+    places: Places | None = None
 
     @property
     def family(self) -> str:

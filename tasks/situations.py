@@ -6,6 +6,8 @@ and the `repeated` flag of stored steps compare situations to find such repeats.
 situation is the whole observation; a task whose observations carry what the last action did
 (keyroom's "You drop the black vase.") declares `TaskSpec.situation` to drop it, so "take vase"
 then "drop vase" is seen to return where it started instead of looking like a new place.
+TextWorldExpress follows each reply with the room as it now is, so its situation is that last
+paragraph (`last_paragraph`): the kitchen after "inventory" is the kitchen after "move south".
 
 A task whose points are each paid once, and lost again by undoing what earned them, declares
 `TaskSpec.repeat_undoes_reward`: the loop rules then also pass over an action whose reward the
@@ -22,6 +24,12 @@ Situation = Callable[[str], str]
 def whole(observation: str) -> str:
     """The default situation: the observation itself."""
     return observation
+
+
+def last_paragraph(observation: str) -> str:
+    """The observation's last paragraph: the place as it now is, where a task follows the reply to
+    an action with it (TextWorldExpress's room description after "You open the door.")."""
+    return observation.rsplit("\n\n", 1)[-1].strip()
 
 
 def situation_of(task: str) -> Situation:

@@ -11,7 +11,9 @@ and changes nothing (the engine would answer "Unknown action" and change nothing
 An engine reply that does not describe the room (an inventory listing, "You open the door",
 a refusal) is followed by the room's description ("look around"), so every observation says
 where the agent is: without it, every world's "Your inventory is currently empty" is one
-state to memory. `roomContext=0` turns this off (the engine's replies alone).
+state to memory. `roomContext=0` turns this off (the engine's replies alone). The room
+description, an observation's last paragraph, is the game's situation (`crl.tasks.situations`);
+it names the room and the rooms its open exits lead to (`crl.tasks.places`).
 Each point of the engine's raw score is a sub-goal: `info["subgoals"]` is
 `{"score_1": ..., "score_N": ...}` over the game's maximum raw score N, an entry True once the
 raw score has reached it (a later loss of points does not undo a sub-goal).
@@ -36,12 +38,15 @@ Easier settings are much shorter (p90): `coin?numLocations=3&numDistractorItems=
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskSpec
 from crl.tasks.java_engine import EngineError, JavaEngine, import_suite, invalid_feedback, match_action, shutdown_java
+from crl.tasks.places import Places
+from crl.tasks.situations import last_paragraph
 
 FAMILY = "twx"
 FOLDS = SeedFolds(train=range(0, 1000), dev=range(10_000, 11_000), test=range(20_000, 21_000))
@@ -236,6 +241,31 @@ def with_room(reply: str, look: str) -> str:
     return f"{reply}\n\n{look}"
 
 
+_ROOM = re.compile(r"^You are in the ([^.]+)\.")
+_MOVE = re.compile(r"^move (north|south|east|west)$")
+
+
+def room_of(observation: str) -> str | None:
+    """The room the observation's description puts the player in ("You are in the kitchen." -> kitchen)."""
+    found = _ROOM.match(last_paragraph(observation))
+    return found.group(1) if found else None
+
+
+def room_beyond(observation: str, action: str) -> str | None:
+    """The room a move leads to, where the description names it ("To the West you see the living
+    room.", "Through an open plain door, to the South you see the pantry."); None behind a closed door.
+
+    Example:
+        >>> room_beyond("You are in the hall. \\nTo the West you see the living room.", "move west")
+        'living room'
+    """
+    move = _MOVE.match(action)
+    if move is None:
+        return None
+    found = re.search(rf"[Tt]o the {move.group(1).capitalize()} you see the ([^.]+)\.", last_paragraph(observation))
+    return found.group(1) if found else None
+
+
 def _max_raw_score(raw) -> int | None:
     """The game's maximum raw score; the Python API does not expose it, its scorer does."""
     from py4j.protocol import Py4JError, Py4JNetworkError
@@ -272,6 +302,8 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         folds=FOLDS,
         max_steps=_game_spec.max_steps,
         repeat_undoes_reward=_game_spec.repeat_undoes_reward,
+        situation=last_paragraph,
+        places=Places(here=room_of, leads_to=room_beyond),
     )
     for _game_spec in GAMES.values()
 )

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskError, TaskSpec
+from crl.tasks.places import Places
 
 
 class UserTask:
@@ -49,6 +50,9 @@ class UserTask:
         repeat_undoes_reward: each point is paid once and lost by undoing what earned it, so the
             loop rules pass over an action whose reward the episode still holds
             (`TaskSpec.repeat_undoes_reward`).
+        places: optional `Places` (`crl.tasks.places`): where the player is and where each listed
+            move leads, so the loop rules pass over moves back to places already seen
+            (`TaskSpec.places`).
     """
 
     name: ClassVar[str] = ""
@@ -60,6 +64,7 @@ class UserTask:
     action_role: ClassVar[Callable[[str, str], str | None] | None] = None
     situation: ClassVar[Callable[[str], str] | None] = None
     repeat_undoes_reward: ClassVar[bool] = False
+    places: ClassVar[Places | None] = None
 
     def reset(self, seed: int) -> Observation:
         """Start the episode of `seed` and return what the agent sees first."""
@@ -107,4 +112,5 @@ class UserTask:
             action_role=cls.action_role,
             situation=cls.situation,
             repeat_undoes_reward=cls.repeat_undoes_reward,
+            places=cls.places,
         )

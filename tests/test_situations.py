@@ -13,7 +13,7 @@ from crl.agent.cli.main import app
 from crl.agent.llm.scripted import ScriptedModel
 from crl.tasks.keyroom import KeyroomEnv
 from crl.tasks.registry import fold_seeds
-from crl.tasks.situations import situation_of, whole
+from crl.tasks.situations import last_paragraph, situation_of, whole
 from tests.test_posterior_policy import settings_for
 
 TASK = "keyroom/key"
@@ -33,7 +33,7 @@ def test_taking_then_dropping_a_distractor_returns_to_the_same_keyroom_situation
 
 
 def test_tasks_without_a_declared_situation_use_the_whole_observation():
-    assert situation_of("twx/coin") is whole
+    assert situation_of("tw/simple") is whole
     assert situation_of("no-such/task") is whole
     assert whole("You drop it.\n\nA room.") == "You drop it.\n\nA room."
 
@@ -174,3 +174,75 @@ def test_the_posterior_on_twc_passes_over_taking_back_what_it_put_away(crl_home)
     )
     assert shown.exit_code == 0, shown.output
     assert "would undo a held reward" in shown.output
+
+
+COIN = "twx/coin?numLocations=5&numDistractorItems=0&includeDoors=0"
+
+
+def test_a_textworldexpress_situation_is_the_room_after_the_reply():
+    room = "You are in the kitchen. You see a stove. \nTo the West you see the pantry."
+    situation = situation_of(COIN)
+    assert situation is last_paragraph
+    assert situation(f"Inventory: \n  Your inventory is currently empty.\n\n{room}") == situation(room) == room.strip()
+
+
+def coin_session(idle_actions: bool = True):
+    from crl.agent.session import EpisodeSession, LoopConfig
+    from crl.memory.trajectory import Episode
+    from crl.tasks.registry import make_env
+
+    config = LoopConfig(max_steps=10, idle_actions=idle_actions, prefill=True, react=False)
+    episode = Episode(episode_id="coin-0000", run_id="coin", task=COIN, seed=10, goal="")
+    return EpisodeSession(make_env(COIN), episode, config, lambda t: len(t.split()), lambda m: len(m) * 50)
+
+
+def a_move(session) -> str:
+    return next(a for a in session.observation.admissible_actions if a.startswith("move "))
+
+
+@needs_twx
+def test_an_action_that_changed_nothing_anywhere_is_passed_over_in_a_new_room():
+    """Real coin world 10: "look around" and "inventory" only repeat the room the observation
+    already describes. Once each changed nothing, they count as tried in every room, and back in the
+    first room after "inventory" the agent is where it was (the same situation), so the move it
+    already made there counts as tried too."""
+    session = coin_session()
+    try:
+        start = session.here()
+        assert act(session, "look around").reward == 0 and session.idle_actions() == {"look around"}
+        act(session, "inventory")
+        assert session.here() == start and {"look around", "inventory"} <= session.tried_here()
+        move = a_move(session)
+        act(session, move)
+        assert session.here() != start
+        assert session.idle_actions() == {"look around", "inventory"}
+        assert {"look around", "inventory"} <= session.tried_here() and move not in session.idle_actions()
+    finally:
+        session.env.close()
+
+
+@needs_twx
+def test_with_idle_actions_off_a_no_op_counts_only_where_it_was_tried():
+    session = coin_session(idle_actions=False)
+    try:
+        act(session, "look around")
+        act(session, a_move(session))
+        assert "look around" not in session.tried_here()
+    finally:
+        session.env.close()
+
+
+@needs_twx
+def test_the_posterior_looks_around_once_on_coin(crl_home):
+    """A model that likes "look around" best everywhere takes it once: after it changed nothing, the
+    posterior passes it over in every room (`decided_by` repeat-avoidance, named in the record)."""
+
+    def scores(messages):
+        return json.dumps({"look around": 0.0, "inventory": -0.2})
+
+    settings = settings_for(crl_home, max_steps=6)
+    steps = start_run(settings, COIN, 1, seed_start=10, model=ScriptedModel(scores)).episodes[0].steps
+    assert [s.action for s in steps].count("look around") == 1
+    assert [s.action for s in steps].count("inventory") == 1
+    later = steps[2:]
+    assert later and all("look around" in s.extra.policy.posterior["avoided"] for s in later)

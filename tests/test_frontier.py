@@ -1,0 +1,134 @@
+"""Frontier: moves back to places seen since the last reward are passed over while another choice
+remains (`agent.frontier`, `TaskSpec.places`), and idle actions count after moves."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from crl.agent.app import start_run
+from crl.agent.llm.scripted import ScriptedModel
+from crl.tasks import registry
+from crl.tasks.places import Places, places_of
+from crl.tasks.twx import room_beyond, room_of
+from crl.tasks.user_task import UserTask
+from tests.test_posterior_policy import settings_for
+
+EXITS = {"hall": {"north": "closet", "south": "garden"}, "closet": {"south": "hall"}}
+EXITS |= {"garden": {"north": "hall", "south": "shed"}, "shed": {"north": "garden"}}
+
+
+def _here(observation: str) -> str | None:
+    found = re.match(r"You are in the (\w+)\.", observation)
+    return found.group(1) if found else None
+
+
+def _leads_to(observation: str, action: str) -> str | None:
+    if not action.startswith("go "):
+        return None
+    found = re.search(rf"{action[3:].capitalize()}: the (\w+)\.", observation)
+    return found.group(1) if found else None
+
+
+class KeyHouse(UserTask):
+    """The key is in the shed at the far end; the box it goes in is in the closet beside the start."""
+
+    name = "house/key"
+    max_steps = 9
+    places = Places(here=_here, leads_to=_leads_to)
+
+    def reset(self, seed):
+        self.room, self.held = "hall", False
+        return self.observe(self.text(), goal="Put the key in the box.", actions=self.actions())
+
+    def text(self) -> str:
+        exits = " ".join(f"{d.capitalize()}: the {r}." for d, r in EXITS[self.room].items())
+        return f"You are in the {self.room}. {exits}" + (" You hold a key." if self.held else "")
+
+    def actions(self) -> list[str]:
+        extra = {"shed": [] if self.held else ["take key"], "closet": ["put key in box"] if self.held else []}
+        return [f"go {d}" for d in EXITS[self.room]] + extra.get(self.room, [])
+
+    def step(self, action):
+        if action == "put key in box":
+            return self.finish("The key is in the box.", success=True)
+        if action == "take key":
+            self.held = True
+            return self.proceed(self.text(), reward=0.5, actions=self.actions())
+        self.room = EXITS[self.room][action.removeprefix("go ")]
+        return self.proceed(self.text(), actions=self.actions())
+
+
+SCORES = {"go north": 0.0, "go south": -0.3, "take key": 1.0, "put key in box": 1.0}
+
+
+@pytest.fixture
+def house(monkeypatch):
+    monkeypatch.setitem(registry._TASKS, KeyHouse.name, KeyHouse.spec())
+    return ScriptedModel(lambda messages: json.dumps(SCORES))
+
+
+def test_the_frontier_explores_past_rooms_seen_and_goes_back_after_the_reward(crl_home, house):
+    """A model that prefers north walks back to the hall from the garden and runs out of steps; with
+    the frontier it goes on south to the shed, takes the key, and then the closet it has seen is open
+    to it again: the reward started the count anew."""
+    plain = start_run(settings_for(crl_home, frontier=False), KeyHouse.name, 1, model=house).episodes[0]
+    assert not plain.success
+    assert [s.action for s in plain.steps][:4] == ["go north", "go south", "go south", "go north"]
+
+    steps = start_run(settings_for(crl_home, frontier=True), KeyHouse.name, 1, model=house).episodes[0].steps
+    assert [s.action for s in steps] == [
+        *("go north", "go south", "go south", "go south", "take key"),
+        *("go north", "go north", "go north", "put key in box"),
+    ]
+    in_garden = steps[3].extra.policy
+    assert in_garden.posterior["revisits"] == ["go north"] and steps[3].decided_by == "repeat-avoidance"
+    assert "leads back to a place seen since the last reward: go north" in in_garden.reason
+    # in the garden again, after the key: the hall is new again, the shed just left is not
+    assert steps[6].extra.policy.posterior["revisits"] == ["go south"]
+
+
+def test_places_of_reads_the_declaration():
+    assert places_of(KeyHouse.name) is None  # not registered outside the fixture
+    assert places_of("twx/coin").here is room_of and places_of("keyroom/key") is None
+
+
+def test_textworldexpress_names_rooms_and_open_exits_only():
+    text = (
+        "You open the door.\n\nYou are in the kitchen. A stove. \nTo the North you see a closed patio door. "
+        "Through an open plain door, to the South you see the pantry. To the West you see the living room."
+    )
+    assert room_of(text) == "kitchen"
+    assert room_beyond(text, "move south") == "pantry" and room_beyond(text, "move west") == "living room"
+    assert room_beyond(text, "move north") is None and room_beyond(text, "move east") is None
+    assert room_beyond(text, "open door to north") is None
+
+
+def test_a_known_no_op_comes_after_a_move_back_when_everything_was_tried(crl_home, house):
+    """In the closet (a dead end) with "look" known to change nothing, going back beats looking again."""
+    from crl.agent.session import EpisodeSession, LoopConfig
+    from crl.memory.trajectory import Episode
+
+    class Looking(KeyHouse):
+        name = "house/look"
+
+        def actions(self):
+            return [*super().actions(), "look"]
+
+        def step(self, action):
+            return self.proceed(self.text(), actions=self.actions()) if action == "look" else super().step(action)
+
+    registry._TASKS[Looking.name] = Looking.spec()
+    try:
+        episode = Episode(episode_id="look-0000", run_id="look", task=Looking.name, seed=0, goal="")
+        session = EpisodeSession(Looking(), episode, LoopConfig(max_steps=9, react=False), lambda t: 1, lambda m: 1)
+        from crl.agent.llm.base import Completion
+
+        for action in ("look", "go north"):
+            session.apply(Completion(text=f" {action}"))
+        tries = session.tries_here()
+        assert tries["look"] == 2 and tries["go south"] == 1  # the idle look, the move back to the hall
+    finally:
+        registry._TASKS.pop(Looking.name, None)
