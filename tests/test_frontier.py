@@ -78,7 +78,8 @@ def test_the_frontier_explores_past_rooms_seen_and_goes_back_after_the_reward(cr
     assert not plain.success
     assert [s.action for s in plain.steps][:4] == ["go north", "go south", "go south", "go north"]
 
-    steps = start_run(settings_for(crl_home, frontier=True), KeyHouse.name, 1, model=house).episodes[0].steps
+    episode = start_run(settings_for(crl_home, frontier=True), KeyHouse.name, 1, model=house).episodes[0]
+    steps = episode.steps
     assert [s.action for s in steps] == [
         *("go north", "go south", "go south", "go south", "take key"),
         *("go north", "go north", "go north", "put key in box"),
@@ -88,6 +89,14 @@ def test_the_frontier_explores_past_rooms_seen_and_goes_back_after_the_reward(cr
     assert "leads back to a place seen since the last reward: go north" in in_garden.reason
     # in the garden again, after the key: the hall is new again, the shed just left is not
     assert steps[6].extra.policy.posterior["revisits"] == ["go south"]
+
+    from rich.console import Console
+
+    from crl.agent.explain import render_explanation
+
+    console = Console(record=True, width=200)
+    render_explanation(console, episode, only_step=3)
+    assert "leads back to a place seen" in console.export_text()
 
 
 def test_places_of_reads_the_declaration():
