@@ -302,7 +302,7 @@ class EpisodeSession:
         tried = self._tried.setdefault(self.here(), set())
         held = self.held_rewards()
         if self.config.loop_breaker and step.decided_by == "llm" and (reply_key in tried or reply_key in held):
-            alternative = self._untried_action(tried | held, step.index)
+            alternative = self._less_tried_action(reply_key, step.index)
             if alternative is not None:
                 step.extra.loop_break = LoopBreak(replaced=action or parsed.raw_action)
                 step.decided_by = "loop-breaker"
@@ -351,13 +351,18 @@ class EpisodeSession:
         self._finish("error", why)
         return step
 
-    def _untried_action(self, tried: set[str], index: int) -> str | None:
-        """A random admissible action not yet tried in the current situation (seeded by
-        task, seed and step, so runs are reproducible), or None when there is none."""
-        options = [a for a in self.observation.admissible_actions or [] if a not in tried]
+    def _less_tried_action(self, repeated: str, index: int) -> str | None:
+        """A random admissible action tried here less often than `repeated`, by `tries_here` (untried
+        first; a known no-op counts one more, so a move back beats looking again), among the least
+        tried; seeded by task, seed and step so runs are reproducible. None when there is none."""
+        tries = self.tries_here()
+        limit = tries.get(repeated, 1)
+        options = [a for a in self.observation.admissible_actions or [] if tries.get(a, 0) < limit]
         if not options:
             return None
-        return random.Random(f"{self.episode.task}:{self.episode.seed}:{index}").choice(options)
+        fewest = min(tries.get(a, 0) for a in options)
+        least = [a for a in options if tries.get(a, 0) == fewest]
+        return random.Random(f"{self.episode.task}:{self.episode.seed}:{index}").choice(least)
 
     def _advance(self, action: str, obs: Observation, step: Step, info: dict, call: dict | None = None) -> None:
         idle = self._changed_nothing(obs, step, info)

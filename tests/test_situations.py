@@ -14,6 +14,7 @@ from crl.agent.llm.scripted import ScriptedModel
 from crl.tasks.keyroom import KeyroomEnv
 from crl.tasks.registry import fold_seeds
 from crl.tasks.situations import last_paragraph, situation_of, whole
+from crl.tasks.twx import room_of
 from tests.test_posterior_policy import settings_for
 
 TASK = "keyroom/key"
@@ -246,3 +247,20 @@ def test_the_posterior_looks_around_once_on_coin(crl_home):
     assert [s.action for s in steps].count("inventory") == 1
     later = steps[2:]
     assert later and all("look around" in s.extra.policy.posterior["avoided"] for s in later)
+
+
+@needs_twx
+def test_the_loop_breaker_replaces_a_repeat_with_a_move_back_rather_than_an_idle_action():
+    """Real coin world 10, the model generating: in the pantry, a dead end, asking for the inventory a
+    second time is replaced by the move back to the kitchen, not by "look around" (which changed
+    nothing in the kitchen and was never taken here)."""
+    session = coin_session()
+    try:
+        for action in ("look around", "move south", "inventory"):
+            act(session, action)
+        assert room_of(session.observation.text) == "pantry"
+        assert session.tries_here() == {"inventory": 2, "look around": 2, "move north": 1}
+        step = act(session, "inventory")
+        assert step.decided_by == "loop-breaker" and step.action == "move north"
+    finally:
+        session.env.close()
