@@ -378,11 +378,10 @@ class EpisodeSession:
         self.history.acted(action, obs.text, repeated=bool(repeats), call=call)
         self.observation = obs
         self.episode.total_return += float(step.reward)
-        if step.reward:
-            self._visited.clear()  # progress: what the task needs next may be in a room already seen
-        self._visit(obs)
         if step.reward > 0:
             self._earned[action] = self.episode.total_return
+            self._visited.clear()  # progress: what the task needs next may be in a room already seen
+        self._visit(obs)
         subgoals = info.get("subgoals")
         if isinstance(subgoals, dict):
             self.episode.subgoals = {k: bool(v) for k, v in subgoals.items()}
