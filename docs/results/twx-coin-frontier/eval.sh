@@ -1,0 +1,19 @@
+#!/bin/bash
+# usage: OUT=DIR eval.sh WT LABEL
+#   WT: a checkout with its own .venv (the commit to measure); LABEL: names the homes and results in OUT.
+# twx/coin (5 rooms, no distractors, 10 steps): the base model alone (scoring) on 96 dev seeds; 48 train
+# games with memory; base + memory on the same 96 dev seeds (memory frozen: evaluations do not store);
+# twx/twc (one room, two items, 10 steps) alone on 32 dev seeds; then coin alone on 96 test seeds.
+set -u
+WT=$1; L=$2; OUT=${OUT:-runs}
+mkdir -p "$OUT"
+COIN="twx/coin?numLocations=5&numDistractorItems=0&includeDoors=0"
+TWC="twx/twc?numLocations=1&numItemsToPutAway=2"
+source "$WT/.venv/bin/activate"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 ANONYMIZED_TELEMETRY=False CRL_LLM__DTYPE=bf16
+export CRL_HOME=$OUT/coin-$L
+CRL_MEMORY__ENABLED=false crl eval "$COIN" --fold dev -n 96 -k 8 --max-steps 10 --memory off --json > "$OUT/$L-coin-alone.json"
+crl run "$COIN" -n 48 -k 8 --max-steps 10 --json > "$OUT/$L-coin-collect.json"
+crl eval "$COIN" --fold dev -n 96 -k 8 --max-steps 10 --json > "$OUT/$L-coin-mem.json"
+CRL_HOME=$OUT/$L CRL_MEMORY__ENABLED=false crl eval "$TWC" --fold dev -n 32 -k 8 --max-steps 10 --memory off --json > "$OUT/$L-twc.json"
+CRL_MEMORY__ENABLED=false crl eval "$COIN" --fold test -n 96 -k 8 --max-steps 10 --memory off --json > "$OUT/$L-coin-test.json"
