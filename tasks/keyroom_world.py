@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+from crl.tasks.situations import last_paragraph
+
 DIRECTIONS = ("north", "south", "east", "west")
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 _OFFSET = {"north": (0, 1), "south": (0, -1), "east": (1, 0), "west": (-1, 0)}
@@ -372,4 +374,4 @@ def situation(observation: str) -> str:
         >>> situation("You drop the black vase.\n\nYou are in the cellar.\nYou are carrying nothing.")
         'You are in the cellar.\nYou are carrying nothing.'
     """
-    return observation.rsplit("\n\n", 1)[-1]
+    return last_paragraph(observation)
