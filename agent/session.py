@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from crl.agent.llm.base import Completion, GenerationConfig, Message
 from crl.agent.parsing import normalise, parse_reply
+from crl.agent.place_map import PlaceMap
 from crl.memory.purpose import given_subgoals, reached_subgoals
 from crl.memory.trajectory import Episode, LoopBreak, MemoryOffer, PolicyDecision, Step, StepExtra
 from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, PromptReport, assemble_prompt
@@ -18,7 +19,7 @@ from crl.prompts.budget import BudgetItem, TokenCount
 from crl.prompts.state import PromptHistory
 from crl.tasks.base import Observation, TextEnv
 from crl.tasks.places import places_of
-from crl.tasks.situations import last_paragraph, repeat_undoes_reward, situation_of
+from crl.tasks.situations import declared_idle_actions, last_paragraph, repeat_undoes_reward, situation_of
 
 if TYPE_CHECKING:
     from crl.agent.tools.toolbox import Toolbox
@@ -97,8 +98,10 @@ class EpisodeSession:
         self._earned: dict[str, float] = {}
         self._listed_throughout = set(self.observation.admissible_actions or [])
         self._changed_something: dict[str, bool] = {}
+        self._declared_idle = declared_idle_actions(episode.task)
         self._places = places_of(episode.task) if config.loop_breaker and config.frontier else None
         self._visited: set[str] = set()
+        self._map = PlaceMap()
         self._visit(self.observation)
 
     def replay(self, steps: list[Step]) -> None:
@@ -194,23 +197,41 @@ class EpisodeSession:
     def revisits(self) -> set[str]:
         """Listed moves that lead, as the observation names it, to a place this episode has been in since
         its last reward (on tasks that declare `TaskSpec.places`, with the loop breaker and
-        `agent.frontier` on): the loop rules pass over them while another choice remains."""
+        `agent.frontier` on): the loop rules pass over them while another choice remains. Where every
+        move here leads back, those that start the shortest known way to a place not visited yet
+        (`ways_out`) are not counted."""
         if self._places is None or not self._visited:
             return set()
-        text, leads_to = self.observation.text, self._places.leads_to
-        return {a for a in self.observation.admissible_actions or [] if leads_to(text, a) in self._visited}
+        moves = self._moves(self.observation)
+        back = {a for a, place in moves.items() if place in self._visited}
+        return back - self.ways_out() if back else back
+
+    def ways_out(self) -> set[str]:
+        """Where every listed move leads back to a place visited since the last reward, the moves that
+        start a shortest way, over the places this episode has mapped, to one not visited yet
+        (`crl.agent.place_map`); empty otherwise, and without `TaskSpec.places` or `agent.frontier`."""
+        if self._places is None or not self._visited:
+            return set()
+        return self._map.ways_out(self._moves(self.observation), self._visited)
+
+    def _moves(self, observation: Observation) -> dict[str, str]:
+        leads_to = self._places.leads_to
+        return {a: place for a in observation.admissible_actions or [] if (place := leads_to(observation.text, a))}
 
     def _visit(self, observation: Observation) -> None:
         if self._places is not None:
             place = self._places.here(observation.text)
             if place is not None:
                 self._visited.add(place)
+                self._map.record(place, self._moves(observation))
 
     def idle_actions(self) -> set[str]:
         """Actions listed at every step of this episode so far that changed nothing each time they
-        were taken (TextWorldExpress's "look around" and "inventory", whose replies the observation
-        already holds): the loop rules pass over them everywhere, not only where they were tried."""
-        return {a for a, changed in self._changed_something.items() if not changed and a in self._listed_throughout}
+        were taken, and those the task declares idle (`TaskSpec.idle_actions`: TextWorldExpress's
+        "look around" and "inventory", whose replies the observation already holds): the loop rules
+        pass over them everywhere, not only where they were tried."""
+        learned = {a for a, changed in self._changed_something.items() if not changed and a in self._listed_throughout}
+        return learned | self._declared_idle
 
     def held_rewards(self) -> set[str]:
         """Actions that earned a reward this episode which the episode still holds (its return has

@@ -104,6 +104,9 @@ class TaskSpec:
     take it back out -), so the loop rules pass over an action whose reward the episode still holds.
     `places`: where the player is and where each listed move leads, as the observation names them
     (`crl.tasks.places`), so the loop rules pass over moves back to places already seen.
+    `idle_actions`: actions that never change anything in any world of the task (TextWorldExpress's
+    "look around" and "inventory", which only describe): with `agent.idle_actions` they count as
+    idle from the first step, before one was wasted to learn it.
     """
 
     name: str
@@ -120,6 +123,7 @@ class TaskSpec:
     situation: Callable[[str], str] | None = None
     repeat_undoes_reward: bool = False
     places: Places | None = None
+    idle_actions: tuple[str, ...] = ()
 
     @property
     def family(self) -> str:

@@ -44,6 +44,17 @@ def situation_of(task: str) -> Situation:
     return declared or whole
 
 
+def declared_idle_actions(task: str) -> frozenset[str]:
+    """The actions the task declares never change anything (`TaskSpec.idle_actions`); empty when it
+    declares none or is not registered here."""
+    from crl.tasks.registry import get_task
+
+    try:
+        return frozenset(get_task(task).idle_actions)
+    except ValueError:
+        return frozenset()
+
+
 def repeat_undoes_reward(task: str) -> bool:
     """Whether the task declares that repeating an action whose reward is still held undoes it;
     False when it does not or is not registered here."""

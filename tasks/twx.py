@@ -241,6 +241,9 @@ def with_room(reply: str, look: str) -> str:
     return f"{reply}\n\n{look}"
 
 
+LOOKING = ("look around", "inventory")
+"""Actions that only describe (the room, what the player holds) and change nothing in any game."""
+
 _ROOM = re.compile(r"^You are in the ([^.]+)\.")
 _MOVE = re.compile(r"^move (north|south|east|west)$")
 
@@ -304,6 +307,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         repeat_undoes_reward=_game_spec.repeat_undoes_reward,
         situation=last_paragraph,
         places=Places(here=room_of, leads_to=room_beyond),
+        idle_actions=LOOKING,
     )
     for _game_spec in GAMES.values()
 )

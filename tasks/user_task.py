@@ -53,6 +53,8 @@ class UserTask:
         places: optional `Places` (`crl.tasks.places`): where the player is and where each listed
             move leads, so the loop rules pass over moves back to places already seen
             (`TaskSpec.places`).
+        idle_actions: actions that never change anything (a "look" that only describes), counted
+            idle from the first step (`TaskSpec.idle_actions`).
     """
 
     name: ClassVar[str] = ""
@@ -65,6 +67,7 @@ class UserTask:
     situation: ClassVar[Callable[[str], str] | None] = None
     repeat_undoes_reward: ClassVar[bool] = False
     places: ClassVar[Places | None] = None
+    idle_actions: ClassVar[tuple[str, ...]] = ()
 
     def reset(self, seed: int) -> Observation:
         """Start the episode of `seed` and return what the agent sees first."""
@@ -113,4 +116,5 @@ class UserTask:
             situation=cls.situation,
             repeat_undoes_reward=cls.repeat_undoes_reward,
             places=cls.places,
+            idle_actions=tuple(cls.idle_actions),
         )

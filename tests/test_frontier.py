@@ -1,5 +1,6 @@
 """Frontier: moves back to places seen since the last reward are passed over while another choice
-remains (`agent.frontier`, `TaskSpec.places`), and idle actions count after moves."""
+remains (`agent.frontier`, `TaskSpec.places`) unless they are the way to a place not seen yet, and
+idle actions count after moves."""
 
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def test_textworldexpress_names_rooms_and_open_exits_only():
 
 
 def test_a_known_no_op_comes_after_a_move_back_when_everything_was_tried(crl_home, house):
-    """In the closet (a dead end) with "look" known to change nothing, going back beats looking again."""
+    """In the closet (a dead end) with "look" known to change nothing, going back beats looking again;
+    while the garden is unseen, going back is the way out and is not counted as tried at all."""
     from crl.agent.session import EpisodeSession, LoopConfig
     from crl.memory.trajectory import Episode
 
@@ -137,6 +139,11 @@ def test_a_known_no_op_comes_after_a_move_back_when_everything_was_tried(crl_hom
 
         for action in ("look", "go north"):
             session.apply(Completion(text=f" {action}"))
+        # the hall leads on to the garden, not seen yet: going back is the way out, not a revisit
+        assert session.ways_out() == {"go south"} and "go south" not in session.tries_here()
+        for action in ("go south", "go south", "go south", "go north", "go north", "go north"):
+            session.apply(Completion(text=f" {action}"))
+        assert session.ways_out() == set()  # every room seen: no way out is known
         tries = session.tries_here()
         assert tries["look"] == 2 and tries["go south"] == 1  # the idle look, the move back to the hall
     finally:

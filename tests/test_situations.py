@@ -201,12 +201,33 @@ def a_move(session) -> str:
     return next(a for a in session.observation.admissible_actions if a.startswith("move "))
 
 
+def undeclared(monkeypatch):
+    """TextWorldExpress without its declared idle actions, so the episode has to learn them."""
+    monkeypatch.setattr("crl.agent.session.declared_idle_actions", lambda task: frozenset())
+
+
 @needs_twx
-def test_an_action_that_changed_nothing_anywhere_is_passed_over_in_a_new_room():
-    """Real coin world 10: "look around" and "inventory" only repeat the room the observation
-    already describes. Once each changed nothing, they count as tried in every room, and back in the
-    first room after "inventory" the agent is where it was (the same situation), so the move it
-    already made there counts as tried too."""
+def test_the_declared_idle_actions_count_from_the_first_step():
+    session = coin_session()
+    try:
+        assert session.idle_actions() == {"look around", "inventory"}
+        assert session.tries_here() == {"look around": 2, "inventory": 2}
+    finally:
+        session.env.close()
+    off = coin_session(idle_actions=False)
+    try:
+        assert off.tried_here() == set()
+    finally:
+        off.env.close()
+
+
+@needs_twx
+def test_an_action_that_changed_nothing_anywhere_is_passed_over_in_a_new_room(monkeypatch):
+    """Real coin world 10, the idle actions not declared: "look around" and "inventory" only repeat
+    the room the observation already describes. Once each changed nothing, they count as tried in
+    every room, and back in the first room after "inventory" the agent is where it was (the same
+    situation), so the move it already made there counts as tried too."""
+    undeclared(monkeypatch)
     session = coin_session()
     try:
         start = session.here()
@@ -234,14 +255,19 @@ def test_with_idle_actions_off_a_no_op_counts_only_where_it_was_tried():
 
 
 @needs_twx
-def test_the_posterior_looks_around_once_on_coin(crl_home):
-    """A model that likes "look around" best everywhere takes it once: after it changed nothing, the
-    posterior passes it over in every room (`decided_by` repeat-avoidance, named in the record)."""
+def test_the_posterior_looks_around_once_on_coin(crl_home, monkeypatch):
+    """A model that likes "look around" best everywhere never takes it where the task declares it idle;
+    undeclared, it takes it once: after it changed nothing, the posterior passes it over in every room
+    (`decided_by` repeat-avoidance, named in the record)."""
 
     def scores(messages):
         return json.dumps({"look around": 0.0, "inventory": -0.2})
 
     settings = settings_for(crl_home, max_steps=6)
+    steps = start_run(settings, COIN, 1, seed_start=10, model=ScriptedModel(scores)).episodes[0].steps
+    assert not {"look around", "inventory"} & {s.action for s in steps}
+    assert all("look around" in s.extra.policy.posterior["avoided"] for s in steps)
+    undeclared(monkeypatch)
     steps = start_run(settings, COIN, 1, seed_start=10, model=ScriptedModel(scores)).episodes[0].steps
     assert [s.action for s in steps].count("look around") == 1
     assert [s.action for s in steps].count("inventory") == 1
@@ -252,14 +278,14 @@ def test_the_posterior_looks_around_once_on_coin(crl_home):
 @needs_twx
 def test_the_loop_breaker_replaces_a_repeat_with_a_move_back_rather_than_an_idle_action():
     """Real coin world 10, the model generating: in the pantry, a dead end, asking for the inventory a
-    second time is replaced by the move back to the kitchen, not by "look around" (which changed
-    nothing in the kitchen and was never taken here)."""
+    second time is replaced by the move back to the kitchen, not by "look around" (declared idle)."""
     session = coin_session()
     try:
         for action in ("look around", "move south", "inventory"):
             act(session, action)
         assert room_of(session.observation.text) == "pantry"
-        assert session.tries_here() == {"inventory": 2, "look around": 2, "move north": 1}
+        # the kitchen leads on to rooms not seen yet: the move back is the way out, untried here
+        assert session.tries_here() == {"inventory": 2, "look around": 2} and session.ways_out() == {"move north"}
         step = act(session, "inventory")
         assert step.decided_by == "loop-breaker" and step.action == "move north"
     finally:
