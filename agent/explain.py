@@ -132,6 +132,7 @@ def posterior_table(posterior: dict) -> Table:
                     and action not in posterior.get("revisits", []),
                 ),
                 ("leads back to a place seen", action in posterior.get("revisits", [])),
+                ("the way to a place not seen", action in posterior.get("ways_out", [])),
                 ("would undo a held reward", action in posterior.get("held", [])),
                 ("explored first", action in posterior.get("explored", [])),
             )

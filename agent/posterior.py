@@ -238,6 +238,7 @@ class PosteriorDecision:
     held: list[str] = field(default_factory=list)
     explored: list[str] = field(default_factory=list)
     revisits: list[str] = field(default_factory=list)
+    ways_out: list[str] = field(default_factory=list)
 
     @property
     def memory_changed_argmax(self) -> bool:
@@ -277,6 +278,8 @@ class PosteriorDecision:
         back = [a for a in self.avoided if a in self.revisits and a not in self.held]
         if back:
             line += f"; leads back to a place seen since the last reward: {', '.join(back)}"
+        if self.chosen in self.ways_out:
+            line += "; the shortest known way to a place not seen yet"
         if self.explored:
             line += f"; memory saw no listed use of what is held succeed, so first: {', '.join(self.explored)}"
         return line
@@ -301,6 +304,7 @@ class PosteriorDecision:
             "avoided": list(self.avoided),
             **({"held": list(self.held)} if self.held else {}),
             **({"revisits": list(self.revisits)} if self.revisits else {}),
+            **({"ways_out": list(self.ways_out)} if self.ways_out else {}),
             **({"explore_enabling": True} if self.config.explore_enabling else {}),
             **({"explored": list(self.explored)} if self.explored else {}),
             "actions": {
@@ -351,6 +355,7 @@ def decide(
     held: Collection[str] = (),
     first: Collection[str] = (),
     revisits: Collection[str] = (),
+    ways_out: Collection[str] = (),
 ) -> PosteriorDecision:
     """Choose an action from the posterior over the scored candidates.
 
@@ -372,6 +377,8 @@ def decide(
             (`agent.directed_exploration.explore_first`); the posterior itself is left as computed.
         revisits: those of `avoid` that lead back to a place seen since the last reward
             (`EpisodeSession.revisits`), so the record says why.
+        ways_out: moves back that start the shortest known way to a place not seen yet
+            (`EpisodeSession.ways_out`), left out of `avoid` for that reason; recorded.
 
     Returns:
         The `PosteriorDecision`, with the chosen action and everything behind it.
@@ -403,6 +410,7 @@ def decide(
         chosen = actions[rng.choices(open_, weights=[post[i] for i in open_])[0]]
     held_here = [a for a in avoided if a in held]
     back = [a for a in avoided if a in revisits]
+    way_out = [a for a in actions if a in ways_out]
     return PosteriorDecision(
         actions,
         probs,
@@ -418,6 +426,7 @@ def decide(
         held_here,
         explored,
         back,
+        way_out,
     )
 
 

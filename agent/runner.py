@@ -485,6 +485,7 @@ class Runner:
         tried = session.tries_here()
         held = session.held_rewards()
         revisits = session.revisits()
+        ways_out = session.ways_out()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
         first = self._explore_first(session, dist.actions, advantages, tried) if config.explore_enabling else []
@@ -499,6 +500,7 @@ class Runner:
                 held=held,
                 first=first,
                 revisits=revisits,
+                ways_out=ways_out,
             )
             if advisor is not None and decision.chosen in advantages:
                 session.used_memory.extend(

@@ -90,6 +90,10 @@ def test_the_frontier_explores_past_rooms_seen_and_goes_back_after_the_reward(cr
     assert "leads back to a place seen since the last reward: go north" in in_garden.reason
     # in the garden again, after the key: the hall is new again, the shed just left is not
     assert steps[6].extra.policy.posterior["revisits"] == ["go south"]
+    # in the closet, a dead end: the move back to the hall is the way on to the unseen garden
+    in_closet = steps[1].extra.policy
+    assert in_closet.posterior["ways_out"] == ["go south"] and "revisits" not in in_closet.posterior
+    assert "the shortest known way to a place not seen yet" in in_closet.reason
 
     from rich.console import Console
 
@@ -98,6 +102,8 @@ def test_the_frontier_explores_past_rooms_seen_and_goes_back_after_the_reward(cr
     console = Console(record=True, width=200)
     render_explanation(console, episode, only_step=3)
     assert "leads back to a place seen" in console.export_text()
+    render_explanation(console, episode, only_step=1)
+    assert "the way to a place not seen" in console.export_text()
 
 
 def test_places_of_reads_the_declaration():
