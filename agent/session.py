@@ -314,8 +314,10 @@ class EpisodeSession:
         self.tokens_used += completion.prompt_tokens + completion.completion_tokens
         action = parsed.action
         reply_key = action if action is not None else "invalid: " + normalise(parsed.raw_action)
+        scored = False
         if choose is not None:
             action, step.decided_by, reason, *detail = choose(parsed.action)
+            scored = bool(detail and detail[0])
             step.extra.policy = PolicyDecision(
                 step.decided_by, reason, parsed.action, posterior=detail[0] if detail else None
             )
@@ -328,7 +330,8 @@ class EpisodeSession:
                 step.extra.loop_break = LoopBreak(replaced=action or parsed.raw_action)
                 step.decided_by = "loop-breaker"
                 step.action = action = alternative
-        tried.add(reply_key)
+        if not scored:  # a reply is tried once given; a scored argmax the posterior passed over was not taken
+            tried.add(reply_key)
         if action is None:
             step.valid = False
             step.extra.feedback = parsed.error

@@ -154,3 +154,24 @@ def test_a_known_no_op_comes_after_a_move_back_when_everything_was_tried(crl_hom
         assert tries["look"] == 2 and tries["go south"] == 1  # the idle look, the move back to the hall
     finally:
         registry._TASKS.pop(Looking.name, None)
+
+
+def test_a_scored_argmax_passed_over_is_not_tried_but_a_generated_reply_is(crl_home, house):
+    """The posterior passing over the model's scored argmax does not take it: back in the same room it
+    is still untried (it was counted as tried before, and on coin that hid the way out of a dead
+    end). A generated reply that memory overrode still counts as tried, as the loop breaker wants."""
+    from crl.agent.llm.base import Completion
+    from crl.agent.session import EpisodeSession, LoopConfig
+    from crl.memory.trajectory import Episode
+
+    def walk(detail: dict | None) -> set[str]:
+        episode = Episode(episode_id="walk-0000", run_id="walk", task=KeyHouse.name, seed=0, goal="")
+        config = LoopConfig(max_steps=9, react=False, frontier=False)
+        session = EpisodeSession(KeyHouse(), episode, config, lambda t: 1, lambda m: 1)
+        choice = ("go south", "memory", "memory overrode the model", *([detail] if detail else []))
+        session.apply(Completion(text=" go north"), choose=lambda action: choice)
+        session.apply(Completion(text=" go north"))
+        return session.tried_here()
+
+    assert walk({"chosen": "go south", "model_best": "go north"}) == {"go south"}
+    assert walk(None) == {"go south", "go north"}
