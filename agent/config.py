@@ -215,12 +215,14 @@ class AgentSettings(BaseModel):
     idle_actions: bool = Field(
         True,
         description="With the loop breaker, pass over everywhere in an episode an action listed at every step so far "
-        "that changed nothing each time it was taken (look around, inventory), not only where it was tried.",
+        "that changed nothing each time it was taken, and those the task declares idle (TaskSpec.idle_actions: "
+        "TextWorldExpress's look around and inventory), not only where they were tried.",
     )
     frontier: bool = Field(
         True,
         description="With the loop breaker, pass over moves back to a place visited since the episode's last reward "
-        "while another choice remains, on tasks that name their places (TaskSpec.places: TextWorldExpress).",
+        "while another choice remains, on tasks that name their places (TaskSpec.places: TextWorldExpress); where "
+        "every move leads back, the one that starts the shortest known way to a place not seen yet is not passed over.",
     )
     fuzzy_threshold: float = Field(
         0.75, ge=0, le=1, description="Similarity needed to map a reply onto an admissible action."
