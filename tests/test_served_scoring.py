@@ -223,9 +223,14 @@ def test_a_server_without_either_endpoint_falls_back_to_sampling(serve):
     model = OpenAIChatModel("scripted", base_url=url, scoring=ServedScoringOptions(samples=4, smoothing=0.5))
     [d] = model.score_actions([state()], [ACTIONS])
     assert d.probs == pytest.approx([2.5 / 4.5, 1.5 / 4.5, 0.5 / 4.5])
+    seen = routes(server)
+    # the prompt_logprobs probe's three requests run in a pool: once one is refused the others still
+    # queued are cancelled, so how many reach the server depends on the scheduling (1 to 3)
+    refused = len(seen) - 5
+    assert 1 <= refused <= 3, seen
     assert (
-        routes(server)
-        == [("/v1/systemone", 404)] + [("/v1/chat/completions", 400)] * 3 + [("/v1/chat/completions", 200)] * 4
+        seen
+        == [("/v1/systemone", 404)] + [("/v1/chat/completions", 400)] * refused + [("/v1/chat/completions", 200)] * 4
     )
     assert model.scoring_report() == {
         "method": "sampling",
