@@ -175,3 +175,26 @@ def test_a_scored_argmax_passed_over_is_not_tried_but_a_generated_reply_is(crl_h
 
     assert walk({"chosen": "go south", "model_best": "go north"}) == {"go south"}
     assert walk(None) == {"go south", "go north"}
+
+
+def test_the_way_out_is_the_first_move_of_a_shortest_way_to_a_room_not_seen():
+    from crl.agent.place_map import PlaceMap
+
+    house = PlaceMap(
+        {
+            "hall": {"go west": "den", "go east": "kitchen", "go north": "landing"},
+            "den": {"go east": "hall"},
+            "kitchen": {"go west": "hall", "go south": "yard"},
+            "landing": {"go south": "hall", "go up": "attic"},
+        }
+    )
+    seen = {"hall", "den", "kitchen", "landing"}
+    assert house.steps_to_unvisited("den", seen) == 3  # den, hall, kitchen, yard
+    assert house.ways_out({"go east": "hall"}, seen) == {"go east"}  # the den, a dead end
+    # from the hall the yard and the attic are one room away each: both ways count
+    assert house.ways_out({"go west": "den", "go east": "kitchen", "go north": "landing"}, seen) == {
+        "go east",
+        "go north",
+    }
+    assert house.ways_out({"go east": "kitchen", "go south": "yard"}, seen) == set()  # a new room is right here
+    assert house.ways_out({"go east": "hall"}, seen | {"yard", "attic"}) == set()  # nothing left unseen
