@@ -204,7 +204,7 @@ class EpisodeSession:
             return set()
         moves = self._moves(self.observation)
         back = {a for a, place in moves.items() if place in self._visited}
-        return back - self.ways_out() if back else back
+        return back - self._map.ways_out(moves, self._visited) if back else back
 
     def ways_out(self) -> set[str]:
         """Where every listed move leads back to a place visited since the last reward, the moves that

@@ -25,9 +25,7 @@ class Places:
 
 def places_of(task: str) -> Places | None:
     """The task's `Places`; None when it declares none or is not registered here."""
-    from crl.tasks.registry import get_task
+    from crl.tasks.registry import find_task
 
-    try:
-        return get_task(task).places
-    except ValueError:
-        return None
+    spec = find_task(task)
+    return spec.places if spec else None

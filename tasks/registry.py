@@ -153,6 +153,15 @@ def get_task(name: str) -> TaskSpec:
     raise ValueError(f"unknown task {name!r}{hint}. Known tasks: {known} (see `crl tasks`){failed}")
 
 
+def find_task(name: str) -> TaskSpec | None:
+    """The spec of task `name`, or None where it is not registered here (a bank read without its
+    task plugin): for reading what a task declares, with the default where it is unknown."""
+    try:
+        return get_task(name)
+    except ValueError:
+        return None
+
+
 def parse_task_name(name: str) -> tuple[str, dict[str, int | float | str]]:
     """Split `family/variant?knob=value&...` into the base name and typed knobs.
 

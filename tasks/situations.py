@@ -35,32 +35,25 @@ def last_paragraph(observation: str) -> str:
 def situation_of(task: str) -> Situation:
     """The task's `observation -> situation` function; `whole` when it declares none or is not
     registered here (a bank read without its task plugin)."""
-    from crl.tasks.registry import get_task
+    from crl.tasks.registry import find_task
 
-    try:
-        declared = get_task(task).situation
-    except ValueError:
-        return whole
-    return declared or whole
+    spec = find_task(task)
+    return (spec.situation if spec else None) or whole
 
 
 def declared_idle_actions(task: str) -> frozenset[str]:
     """The actions the task declares never change anything (`TaskSpec.idle_actions`); empty when it
     declares none or is not registered here."""
-    from crl.tasks.registry import get_task
+    from crl.tasks.registry import find_task
 
-    try:
-        return frozenset(get_task(task).idle_actions)
-    except ValueError:
-        return frozenset()
+    spec = find_task(task)
+    return frozenset(spec.idle_actions) if spec else frozenset()
 
 
 def repeat_undoes_reward(task: str) -> bool:
     """Whether the task declares that repeating an action whose reward is still held undoes it;
     False when it does not or is not registered here."""
-    from crl.tasks.registry import get_task
+    from crl.tasks.registry import find_task
 
-    try:
-        return get_task(task).repeat_undoes_reward
-    except ValueError:
-        return False
+    spec = find_task(task)
+    return spec.repeat_undoes_reward if spec else False
