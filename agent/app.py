@@ -131,6 +131,7 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
         held_rewards=a.held_rewards,
         idle_actions=a.idle_actions,
         frontier=a.frontier,
+        undos=a.undos,
         log_prompts=a.log_prompts,
         react=uses_react(settings),
         prefill=bool(getattr(model, "supports_prefill", False)),

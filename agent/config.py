@@ -224,6 +224,12 @@ class AgentSettings(BaseModel):
         "while another choice remains, on tasks that name their places (TaskSpec.places: TextWorldExpress); where "
         "every move leads back, the one that starts the shortest known way to a place not seen yet is not passed over.",
     )
+    undos: bool = Field(
+        True,
+        description="With the loop breaker, on tasks that declare which action undoes which (TaskSpec.inverse_action: "
+        "TextWorldExpress's open and close), pass over repeating a change still in effect in this place (opening an "
+        "open door) and undoing one made here since the last reward (closing the door just opened).",
+    )
     fuzzy_threshold: float = Field(
         0.75, ge=0, le=1, description="Similarity needed to map a reply onto an admissible action."
     )

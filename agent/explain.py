@@ -129,10 +129,12 @@ def posterior_table(posterior: dict) -> Table:
                     "tried here",
                     action in posterior.get("avoided", [])
                     and action not in posterior.get("held", [])
-                    and action not in posterior.get("revisits", []),
+                    and action not in posterior.get("revisits", [])
+                    and action not in posterior.get("undoes", []),
                 ),
                 ("leads back to a place seen", action in posterior.get("revisits", [])),
                 ("the way to a place not seen", action in posterior.get("ways_out", [])),
+                ("undoes a change made here", action in posterior.get("undoes", [])),
                 ("would undo a held reward", action in posterior.get("held", [])),
                 ("explored first", action in posterior.get("explored", [])),
             )

@@ -239,6 +239,7 @@ class PosteriorDecision:
     explored: list[str] = field(default_factory=list)
     revisits: list[str] = field(default_factory=list)
     ways_out: list[str] = field(default_factory=list)
+    undoes: list[str] = field(default_factory=list)
 
     @property
     def memory_changed_argmax(self) -> bool:
@@ -269,7 +270,7 @@ class PosteriorDecision:
         line += ")"
         if self.memory_changed_argmax:
             line += f"; memory overrode the model's {self.model_best!r}"
-        tried = [a for a in self.avoided if a not in self.held and a not in self.revisits]
+        tried = [a for a in self.avoided if a not in self.held and a not in self.revisits and a not in self.undoes]
         if tried:
             line += f"; already tried here: {', '.join(tried)}"
         held = [a for a in self.avoided if a in self.held]
@@ -278,6 +279,9 @@ class PosteriorDecision:
         back = [a for a in self.avoided if a in self.revisits and a not in self.held]
         if back:
             line += f"; leads back to a place seen since the last reward: {', '.join(back)}"
+        undone = [a for a in self.avoided if a in self.undoes and a not in self.held and a not in self.revisits]
+        if undone:
+            line += f"; would undo a change made here since the last reward: {', '.join(undone)}"
         if self.chosen in self.ways_out:
             line += "; the shortest known way to a place not seen yet"
         if self.explored:
@@ -305,6 +309,7 @@ class PosteriorDecision:
             **({"held": list(self.held)} if self.held else {}),
             **({"revisits": list(self.revisits)} if self.revisits else {}),
             **({"ways_out": list(self.ways_out)} if self.ways_out else {}),
+            **({"undoes": list(self.undoes)} if self.undoes else {}),
             **({"explore_enabling": True} if self.config.explore_enabling else {}),
             **({"explored": list(self.explored)} if self.explored else {}),
             "actions": {
@@ -356,6 +361,7 @@ def decide(
     first: Collection[str] = (),
     revisits: Collection[str] = (),
     ways_out: Collection[str] = (),
+    undoes: Collection[str] = (),
 ) -> PosteriorDecision:
     """Choose an action from the posterior over the scored candidates.
 
@@ -379,6 +385,8 @@ def decide(
             (`EpisodeSession.revisits`), so the record says why.
         ways_out: moves back that start the shortest known way to a place not seen yet
             (`EpisodeSession.ways_out`), left out of `avoid` for that reason; recorded.
+        undoes: those of `avoid` that undo a change made in this place since the last reward
+            (`EpisodeSession.undoes`), so the record says why.
 
     Returns:
         The `PosteriorDecision`, with the chosen action and everything behind it.
@@ -411,6 +419,7 @@ def decide(
     held_here = [a for a in avoided if a in held]
     back = [a for a in avoided if a in revisits]
     way_out = [a for a in actions if a in ways_out]
+    undone = [a for a in avoided if a in undoes]
     return PosteriorDecision(
         actions,
         probs,
@@ -427,6 +436,7 @@ def decide(
         explored,
         back,
         way_out,
+        undone,
     )
 
 

@@ -486,6 +486,7 @@ class Runner:
         held = session.held_rewards()
         revisits = session.revisits()
         ways_out = session.ways_out()
+        undoes = session.undoes()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
         first = self._explore_first(session, dist.actions, advantages, tried) if config.explore_enabling else []
@@ -501,6 +502,7 @@ class Runner:
                 first=first,
                 revisits=revisits,
                 ways_out=ways_out,
+                undoes=undoes,
             )
             if advisor is not None and decision.chosen in advantages:
                 session.used_memory.extend(

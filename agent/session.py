@@ -19,7 +19,13 @@ from crl.prompts.budget import BudgetItem, TokenCount
 from crl.prompts.state import PromptHistory
 from crl.tasks.base import Observation, TextEnv
 from crl.tasks.places import places_of
-from crl.tasks.situations import declared_idle_actions, last_paragraph, repeat_undoes_reward, situation_of
+from crl.tasks.situations import (
+    declared_idle_actions,
+    declared_inverse,
+    last_paragraph,
+    repeat_undoes_reward,
+    situation_of,
+)
 
 if TYPE_CHECKING:
     from crl.agent.tools.toolbox import Toolbox
@@ -44,6 +50,7 @@ class LoopConfig:
     held_rewards: bool = True
     idle_actions: bool = True
     frontier: bool = True
+    undos: bool = True
     log_prompts: str = "memory"
     react: bool = True
     prefill: bool = True
@@ -99,7 +106,12 @@ class EpisodeSession:
         self._listed_throughout = set(self.observation.admissible_actions or [])
         self._changed_something: dict[str, bool] = {}
         self._declared_idle = declared_idle_actions(episode.task)
-        self._places = places_of(episode.task) if config.loop_breaker and config.frontier else None
+        places = places_of(episode.task) if config.loop_breaker else None
+        self._places = places if config.frontier else None
+        self._place_of = places.here if places is not None else None
+        self._inverse = declared_inverse(episode.task) if config.loop_breaker and config.undos else None
+        self._in_effect: dict[str | None, set[str]] = {}
+        self._changed_since_reward: dict[str | None, set[str]] = {}
         self._visited: set[str] = set()
         self._map = PlaceMap()
         self._visit(self.observation)
@@ -176,23 +188,58 @@ class EpisodeSession:
         observation of this same situation (`here`); with `agent.loop_breaker` where the task lists
         its actions, also the known no-ops (`no_ops_here`); where the task declares that repeating a
         rewarded action undoes it, the actions whose reward is still held (`held_rewards`); and moves
-        back to places seen since the last reward (`revisits`)."""
+        back to places seen since the last reward (`revisits`); where the task declares which action
+        undoes which, the undoing of a change made here since the last reward (`undoes`)."""
         tried = self._tried.get(self.here(), set())
-        extra = self.no_ops_here() | self.held_rewards() | self.revisits()
+        extra = self.no_ops_here() | self.held_rewards() | self.revisits() | self.undoes()
         return tried | extra if extra else tried
 
     def no_ops_here(self) -> set[str]:
         """Listed actions known to change nothing here: taken with this same list of actions and nothing
-        changed by them (`examine door` twice: the second can only repeat the first), and, with
-        `agent.idle_actions`, the episode's idle actions (`idle_actions`). Empty without the loop breaker
-        or a list of actions."""
+        changed by them (`examine door` twice: the second can only repeat the first); with
+        `agent.idle_actions`, the episode's idle actions (`idle_actions`); and with `agent.undos`, on tasks
+        that declare `TaskSpec.inverse_action`, a change this episode made here that is still in effect
+        (opening the door it opened). Empty without the loop breaker or a list of actions."""
         listed = self.observation.admissible_actions if self.config.loop_breaker else None
         if not listed:
             return set()
         no_ops = self._no_ops.get(tuple(sorted(listed)), set())
         if self.config.idle_actions:
             no_ops = no_ops | (self.idle_actions() & set(listed))
+        if self._inverse is not None:
+            no_ops = no_ops | (self._in_effect.get(self._place(), set()) & set(listed))
         return no_ops
+
+    def undoes(self) -> set[str]:
+        """Listed actions that undo a change this episode made in this place since its last reward
+        (closing the door it opened, on tasks that declare `TaskSpec.inverse_action`, with the loop
+        breaker and `agent.undos` on): the loop rules pass over them while another choice remains, as
+        they only lead back to where the episode was. A change undone anyway is no longer counted."""
+        if self._inverse is None:
+            return set()
+        listed = set(self.observation.admissible_actions or [])
+        made = self._changed_since_reward.get(self._place(), set())
+        return {undo for action in made if (undo := self._inverse(action)) in listed}
+
+    def _place(self) -> str | None:
+        """The place the task says the player is in, the key of changes made here; None for a task that
+        names no places (the whole episode is one place)."""
+        return self._place_of(self.observation.text) if self._place_of is not None else None
+
+    def _record_change(self, action: str) -> None:
+        """Keep `action`, which changed something here, as in effect, and as undone by its inverse."""
+        undo = self._inverse(action)
+        if undo is None:
+            return
+        place = self._place()
+        in_effect = self._in_effect.setdefault(place, set())
+        in_effect.add(action)
+        in_effect.discard(undo)
+        made = self._changed_since_reward.setdefault(place, set())
+        if undo in made:
+            made.discard(undo)
+        else:
+            made.add(action)
 
     def revisits(self) -> set[str]:
         """Listed moves that lead, as the observation names it, to a place this episode has been in since
@@ -392,6 +439,8 @@ class EpisodeSession:
         idle = self._changed_nothing(obs, step, info)
         if idle:
             self._no_ops.setdefault(tuple(sorted(self.observation.admissible_actions)), set()).add(action)
+        elif self._inverse is not None:
+            self._record_change(action)
         self._changed_something[action] = self._changed_something.get(action, False) or not idle
         self._listed_throughout &= set(obs.admissible_actions or [])
         key = (self.here(), action)
@@ -405,6 +454,7 @@ class EpisodeSession:
         if step.reward > 0:
             self._earned[action] = self.episode.total_return
             self._visited.clear()  # progress: what the task needs next may be in a room already seen
+            self._changed_since_reward.clear()
         self._visit(obs)
         subgoals = info.get("subgoals")
         if isinstance(subgoals, dict):

@@ -107,6 +107,10 @@ class TaskSpec:
     `idle_actions`: actions that never change anything in any world of the task (TextWorldExpress's
     "look around" and "inventory", which only describe): with `agent.idle_actions` they count as
     idle from the first step, before one was wasted to learn it.
+    `inverse_action`: `action -> the action that undoes it, or None` (TextWorldExpress: "open door to
+    west" and "close door to west"): with `agent.undos` the loop rules pass over repeating a change
+    still in effect and over undoing one made in the same place since the last reward
+    (`crl.tasks.situations.declared_inverse`).
     """
 
     name: str
@@ -124,6 +128,7 @@ class TaskSpec:
     repeat_undoes_reward: bool = False
     places: Places | None = None
     idle_actions: tuple[str, ...] = ()
+    inverse_action: Callable[[str], str | None] | None = None
 
     @property
     def family(self) -> str:

@@ -12,6 +12,10 @@ paragraph (`last_paragraph`): the kitchen after "inventory" is the kitchen after
 A task whose points are each paid once, and lost again by undoing what earned them, declares
 `TaskSpec.repeat_undoes_reward`: the loop rules then also pass over an action whose reward the
 episode still holds (TextWorldExpress's twc: taking back an item already put away).
+
+A task whose actions come in pairs that undo each other (open and close) declares
+`TaskSpec.inverse_action`: the loop rules then know that repeating a change still in effect does
+nothing, and that undoing one made since the last reward only goes back to where the episode was.
 """
 
 from __future__ import annotations
@@ -57,3 +61,12 @@ def repeat_undoes_reward(task: str) -> bool:
 
     spec = find_task(task)
     return spec.repeat_undoes_reward if spec else False
+
+
+def declared_inverse(task: str) -> Callable[[str], str | None] | None:
+    """The task's `action -> the action that undoes it` (`TaskSpec.inverse_action`); None when it
+    declares none or is not registered here."""
+    from crl.tasks.registry import find_task
+
+    spec = find_task(task)
+    return spec.inverse_action if spec else None

@@ -269,6 +269,21 @@ def room_beyond(observation: str, action: str) -> str | None:
     return found.group(1) if found else None
 
 
+_TOGGLE = re.compile(r"^(open|close) (.+)$")
+_OPPOSITE = {"open": "close", "close": "open"}
+
+
+def inverse_action(action: str) -> str | None:
+    """The action that undoes `action`: opening and closing the same door or container; None for others.
+
+    Example:
+        >>> inverse_action("open door to west"), inverse_action("close fridge"), inverse_action("move west")
+        ('close door to west', 'open fridge', None)
+    """
+    found = _TOGGLE.match(action)
+    return f"{_OPPOSITE[found.group(1)]} {found.group(2)}" if found else None
+
+
 def _max_raw_score(raw) -> int | None:
     """The game's maximum raw score; the Python API does not expose it, its scorer does."""
     from py4j.protocol import Py4JError, Py4JNetworkError
@@ -308,6 +323,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         situation=last_paragraph,
         places=Places(here=room_of, leads_to=room_beyond),
         idle_actions=LOOKING,
+        inverse_action=inverse_action,
     )
     for _game_spec in GAMES.values()
 )

@@ -55,6 +55,9 @@ class UserTask:
             (`TaskSpec.places`).
         idle_actions: actions that never change anything (a "look" that only describes), counted
             idle from the first step (`TaskSpec.idle_actions`).
+        inverse_action: optional `action -> the action that undoes it, or None` (a staticmethod:
+            "open box" and "close box"), so the loop rules pass over repeating a change still in
+            effect and undoing one made since the last reward (`TaskSpec.inverse_action`).
     """
 
     name: ClassVar[str] = ""
@@ -68,6 +71,7 @@ class UserTask:
     repeat_undoes_reward: ClassVar[bool] = False
     places: ClassVar[Places | None] = None
     idle_actions: ClassVar[tuple[str, ...]] = ()
+    inverse_action: ClassVar[Callable[[str], str | None] | None] = None
 
     def reset(self, seed: int) -> Observation:
         """Start the episode of `seed` and return what the agent sees first."""
@@ -117,4 +121,5 @@ class UserTask:
             repeat_undoes_reward=cls.repeat_undoes_reward,
             places=cls.places,
             idle_actions=tuple(cls.idle_actions),
+            inverse_action=cls.inverse_action,
         )
