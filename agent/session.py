@@ -101,7 +101,7 @@ class EpisodeSession:
         self._started = time.monotonic()
         self._seen: dict[tuple[str, str], int] = {}
         self._tried: dict[str, set[str]] = {}
-        self._no_ops: dict[tuple[str, ...], set[str]] = {}
+        self._no_ops: dict[tuple[str, tuple[str, ...]], set[str]] = {}
         self._earned: dict[str, float] = {}
         self._listed_throughout = set(self.observation.admissible_actions or [])
         self._changed_something: dict[str, bool] = {}
@@ -195,15 +195,17 @@ class EpisodeSession:
         return tried | extra if extra else tried
 
     def no_ops_here(self) -> set[str]:
-        """Listed actions known to change nothing here: taken with this same list of actions and nothing
-        changed by them (`examine door` twice: the second can only repeat the first); with
+        """Listed actions known to change nothing here: taken in this same situation with this same list of
+        actions and nothing changed by them (`examine door` twice: the second can only repeat the first;
+        TextWorldExpress lists "move south" behind a closed door and after it was opened alike, so the
+        list alone does not say it is a no-op); with
         `agent.idle_actions`, the episode's idle actions (`idle_actions`); and with `agent.undos`, on tasks
         that declare `TaskSpec.inverse_action`, a change this episode made here that is still in effect
         (opening the door it opened). Empty without the loop breaker or a list of actions."""
         listed = self.observation.admissible_actions if self.config.loop_breaker else None
         if not listed:
             return set()
-        no_ops = self._no_ops.get(tuple(sorted(listed)), set())
+        no_ops = self._no_ops.get((self.here(), tuple(sorted(listed))), set())
         if self.config.idle_actions:
             no_ops = no_ops | (self.idle_actions() & set(listed))
         if self._inverse is not None:
@@ -438,7 +440,8 @@ class EpisodeSession:
     def _advance(self, action: str, obs: Observation, step: Step, info: dict, call: dict | None = None) -> None:
         idle = self._changed_nothing(obs, step, info)
         if idle:
-            self._no_ops.setdefault(tuple(sorted(self.observation.admissible_actions)), set()).add(action)
+            key = (self.here(), tuple(sorted(self.observation.admissible_actions)))
+            self._no_ops.setdefault(key, set()).add(action)
         elif self._inverse is not None:
             self._record_change(action)
         self._changed_something[action] = self._changed_something.get(action, False) or not idle

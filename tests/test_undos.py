@@ -152,7 +152,7 @@ def test_coin_with_doors_a_door_lover_walks_through_the_door_it_opened(crl_home)
         return start_run(settings, COIN_DOORS, 1, fold="dev", seeds=[10001], model=model).episodes[0]
 
     plain = play(False)
-    assert not plain.success and sum(s.action.startswith(("open", "close")) for s in plain.steps) == 8
+    assert not plain.success and sum(s.action.startswith(("open", "close")) for s in plain.steps) >= 8
     episode = play(True)
     actions = [s.action for s in episode.steps]
     assert episode.success and actions[:3] == ["open door to south", "open door to west", "move south"]
