@@ -216,7 +216,8 @@ class AgentSettings(BaseModel):
         True,
         description="With the loop breaker, pass over everywhere in an episode an action listed at every step so far "
         "that changed nothing each time it was taken, and those the task declares idle (TaskSpec.idle_actions: "
-        "TextWorldExpress's look around and inventory), not only where they were tried.",
+        "TextWorldExpress's look around and inventory), not only where they were tried; and those the task says "
+        "the observation shows would change nothing (TaskSpec.no_ops: opening a door described as open).",
     )
     frontier: bool = Field(
         True,

@@ -22,6 +22,7 @@ from crl.tasks.places import places_of
 from crl.tasks.situations import (
     declared_idle_actions,
     declared_inverse,
+    declared_no_ops,
     last_paragraph,
     repeat_undoes_reward,
     situation_of,
@@ -106,6 +107,7 @@ class EpisodeSession:
         self._listed_throughout = set(self.observation.admissible_actions or [])
         self._changed_something: dict[str, bool] = {}
         self._declared_idle = declared_idle_actions(episode.task)
+        self._declared_no_ops = declared_no_ops(episode.task) if config.idle_actions else None
         places = places_of(episode.task) if config.loop_breaker else None
         self._places = places if config.frontier else None
         self._place_of = places.here if places is not None else None
@@ -208,6 +210,8 @@ class EpisodeSession:
         no_ops = self._no_ops.get((self.here(), tuple(sorted(listed))), set())
         if self.config.idle_actions:
             no_ops = no_ops | (self.idle_actions() & set(listed))
+        if self._declared_no_ops is not None:
+            no_ops = no_ops | self._declared_no_ops(self.observation.text, listed)
         if self._inverse is not None:
             no_ops = no_ops | (self._in_effect.get(self._place(), set()) & set(listed))
         return no_ops

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -111,6 +111,10 @@ class TaskSpec:
     west" and "close door to west"): with `agent.undos` the loop rules pass over repeating a change
     still in effect and over undoing one made in the same place since the last reward
     (`crl.tasks.situations.declared_inverse`).
+    `no_ops`: `(observation, listed actions) -> those the observation shows would change nothing`
+    (TextWorldExpress: opening a door it describes as open, closing or walking through one it
+    describes as closed): with `agent.idle_actions` the loop rules count them as known no-ops before
+    one was wasted to learn it (`crl.tasks.situations.declared_no_ops`).
     """
 
     name: str
@@ -129,6 +133,7 @@ class TaskSpec:
     places: Places | None = None
     idle_actions: tuple[str, ...] = ()
     inverse_action: Callable[[str], str | None] | None = None
+    no_ops: Callable[[str, Sequence[str]], set[str]] | None = None
 
     @property
     def family(self) -> str:

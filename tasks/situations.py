@@ -16,11 +16,14 @@ episode still holds (TextWorldExpress's twc: taking back an item already put awa
 A task whose actions come in pairs that undo each other (open and close) declares
 `TaskSpec.inverse_action`: the loop rules then know that repeating a change still in effect does
 nothing, and that undoing one made since the last reward only goes back to where the episode was.
+A task whose observations show what an action would do declares `TaskSpec.no_ops`: the listed
+actions the observation shows would change nothing (TextWorldExpress's "open door to west" where it
+describes the door to the West as open) count as known no-ops from the first sight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 Situation = Callable[[str], str]
 
@@ -70,3 +73,12 @@ def declared_inverse(task: str) -> Callable[[str], str | None] | None:
 
     spec = find_task(task)
     return spec.inverse_action if spec else None
+
+
+def declared_no_ops(task: str) -> Callable[[str, Sequence[str]], set[str]] | None:
+    """The task's `(observation, listed actions) -> those that would change nothing` (`TaskSpec.no_ops`);
+    None when it declares none or is not registered here."""
+    from crl.tasks.registry import find_task
+
+    spec = find_task(task)
+    return spec.no_ops if spec else None

@@ -39,6 +39,7 @@ Easier settings are much shorter (p90): `coin?numLocations=3&numDistractorItems=
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -284,6 +285,34 @@ def inverse_action(action: str) -> str | None:
     return f"{_OPPOSITE[found.group(1)]} {found.group(2)}" if found else None
 
 
+_DOOR_ACTION = re.compile(r"^(open door to|close door to|move) (north|south|east|west)$")
+
+
+def door_no_ops(observation: str, actions: Sequence[str]) -> set[str]:
+    """The listed door actions the room's description shows would change nothing: opening a door it
+    describes as open, closing or walking through one it describes as closed.
+
+    Example:
+        >>> room = "You are in the hall. Through an open wood door, to the North you see the den. To the South you see a closed plain door."
+        >>> sorted(door_no_ops(room, ["open door to north", "close door to north", "move south", "move north"]))
+        ['move south', 'open door to north']
+    """
+    room = last_paragraph(observation)
+    found = set()
+    for action in actions:
+        door = _DOOR_ACTION.match(action)
+        if door is None:
+            continue
+        verb, side = door.group(1), door.group(2).capitalize()
+        if verb == "open door to":
+            futile = re.search(rf"Through an open [^.]*?, to the {side} you see", room) is not None
+        else:
+            futile = re.search(rf"[Tt]o the {side} you see a closed ", room) is not None
+        if futile:
+            found.add(action)
+    return found
+
+
 def _max_raw_score(raw) -> int | None:
     """The game's maximum raw score; the Python API does not expose it, its scorer does."""
     from py4j.protocol import Py4JError, Py4JNetworkError
@@ -324,6 +353,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         places=Places(here=room_of, leads_to=room_beyond),
         idle_actions=LOOKING,
         inverse_action=inverse_action,
+        no_ops=door_no_ops,
     )
     for _game_spec in GAMES.values()
 )

@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskError, TaskSpec
@@ -58,6 +58,9 @@ class UserTask:
         inverse_action: optional `action -> the action that undoes it, or None` (a staticmethod:
             "open box" and "close box"), so the loop rules pass over repeating a change still in
             effect and undoing one made since the last reward (`TaskSpec.inverse_action`).
+        no_ops: optional `(observation, listed actions) -> set` (a staticmethod): the listed actions
+            the observation shows would change nothing ("open box" where it says the box is open),
+            counted as known no-ops before one was wasted (`TaskSpec.no_ops`).
     """
 
     name: ClassVar[str] = ""
@@ -72,6 +75,7 @@ class UserTask:
     places: ClassVar[Places | None] = None
     idle_actions: ClassVar[tuple[str, ...]] = ()
     inverse_action: ClassVar[Callable[[str], str | None] | None] = None
+    no_ops: ClassVar[Callable[[str, Sequence[str]], set[str]] | None] = None
 
     def reset(self, seed: int) -> Observation:
         """Start the episode of `seed` and return what the agent sees first."""
@@ -122,4 +126,5 @@ class UserTask:
             places=cls.places,
             idle_actions=tuple(cls.idle_actions),
             inverse_action=cls.inverse_action,
+            no_ops=cls.no_ops,
         )

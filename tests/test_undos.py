@@ -15,7 +15,7 @@ from crl.agent.llm.scripted import ScriptedModel
 from crl.agent.session import EpisodeSession, LoopConfig
 from crl.memory.trajectory import Episode
 from crl.tasks import registry
-from crl.tasks.situations import declared_inverse
+from crl.tasks.situations import declared_inverse, declared_no_ops
 from crl.tasks.twx import inverse_action
 from crl.tasks.user_task import UserTask
 from tests.test_posterior_policy import settings_for
@@ -156,3 +156,30 @@ def test_coin_with_doors_a_door_lover_walks_through_the_door_it_opened(crl_home)
     episode = play(True)
     actions = [s.action for s in episode.steps]
     assert episode.success and actions[:3] == ["open door to south", "open door to west", "move south"]
+
+
+def test_twx_reads_which_door_actions_change_nothing_from_the_room():
+    from crl.tasks.twx import door_no_ops
+
+    room = (
+        "You open the door.\n\nYou are in the bedroom. You see a bed. Through an open wood door, to the South you "
+        "see the corridor. To the West you see a closed screen door. To the East you see the hallway."
+    )
+    listed = [f"{verb} {side}" for verb in ("open door to", "close door to", "move") for side in ("south", "west")]
+    assert door_no_ops(room, listed) == {"open door to south", "close door to west", "move west"}
+    assert door_no_ops(room, ["move east", "take coin", "look around"]) == set()
+    assert declared_no_ops("twx/coin?includeDoors=1") is door_no_ops and declared_no_ops("keyroom/key") is None
+
+
+def test_declared_no_ops_count_before_one_is_wasted(gem_box, monkeypatch):
+    """The box says it is closed: closing it is a known no-op from the first step, with
+    `agent.idle_actions`; without the declaration it is not known until tried."""
+
+    def box_no_ops(observation, actions):
+        return {"close box"} & set(actions) if "a closed box" in observation else set()
+
+    monkeypatch.setitem(registry._TASKS, GemBox.name, replace(GemBox.spec(), no_ops=box_no_ops))
+    assert "close box" in _session().no_ops_here() and "close box" in _session().tries_here()
+    assert "close box" not in _session(LoopConfig(max_steps=9, react=False, idle_actions=False)).no_ops_here()
+    monkeypatch.setitem(registry._TASKS, GemBox.name, GemBox.spec())
+    assert "close box" not in _session().no_ops_here()
