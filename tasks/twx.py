@@ -286,31 +286,38 @@ def inverse_action(action: str) -> str | None:
 
 
 _DOOR_ACTION = re.compile(r"^(open door to|close door to|move) (north|south|east|west)$")
+_CONTAINER_ACTION = re.compile(r"^(open|close) (.+)$")
 
 
-def door_no_ops(observation: str, actions: Sequence[str]) -> set[str]:
-    """The listed door actions the room's description shows would change nothing: opening a door it
-    describes as open, closing or walking through one it describes as closed.
+def shown_no_ops(observation: str, actions: Sequence[str]) -> set[str]:
+    """The listed actions the room's description shows would change nothing (`TaskSpec.no_ops`): opening
+    a door or container it describes as open, closing one it describes as closed, walking through a
+    closed door.
 
     Example:
-        >>> room = "You are in the hall. Through an open wood door, to the North you see the den. To the South you see a closed plain door."
-        >>> sorted(door_no_ops(room, ["open door to north", "close door to north", "move south", "move north"]))
-        ['move south', 'open door to north']
+        >>> room = ("You are in the hall. You see a fridge that is closed, and an open wardrobe, that is empty. "
+        ...         "Through an open wood door, to the North you see the den. To the South you see a closed plain door.")
+        >>> sorted(shown_no_ops(room, ["open door to north", "move south", "move north", "close fridge", "open wardrobe"]))
+        ['close fridge', 'move south', 'open door to north', 'open wardrobe']
     """
     room = last_paragraph(observation)
-    found = set()
-    for action in actions:
-        door = _DOOR_ACTION.match(action)
-        if door is None:
-            continue
+    return {action for action in actions if _changes_nothing(room, action)}
+
+
+def _changes_nothing(room: str, action: str) -> bool:
+    door = _DOOR_ACTION.match(action)
+    if door is not None:
         verb, side = door.group(1), door.group(2).capitalize()
         if verb == "open door to":
-            futile = re.search(rf"Through an open [^.]*?, to the {side} you see", room) is not None
-        else:
-            futile = re.search(rf"[Tt]o the {side} you see a closed ", room) is not None
-        if futile:
-            found.add(action)
-    return found
+            return re.search(rf"Through an open [^.]*?, to the {side} you see", room) is not None
+        return re.search(rf"[Tt]o the {side} you see a closed ", room) is not None
+    container = _CONTAINER_ACTION.match(action)
+    if container is None or container.group(2).startswith("door to "):
+        return False
+    verb, name = container.group(1), re.escape(container.group(2))
+    if verb == "open":
+        return re.search(rf"\ban open {name}\b", room) is not None
+    return re.search(rf"\b{name} that is closed\b", room) is not None
 
 
 def _max_raw_score(raw) -> int | None:
@@ -353,7 +360,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         places=Places(here=room_of, leads_to=room_beyond),
         idle_actions=LOOKING,
         inverse_action=inverse_action,
-        no_ops=door_no_ops,
+        no_ops=shown_no_ops,
     )
     for _game_spec in GAMES.values()
 )

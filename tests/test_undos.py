@@ -159,16 +159,19 @@ def test_coin_with_doors_a_door_lover_walks_through_the_door_it_opened(crl_home)
 
 
 def test_twx_reads_which_door_actions_change_nothing_from_the_room():
-    from crl.tasks.twx import door_no_ops
+    from crl.tasks.twx import shown_no_ops
 
     room = (
         "You open the door.\n\nYou are in the bedroom. You see a bed. Through an open wood door, to the South you "
         "see the corridor. To the West you see a closed screen door. To the East you see the hallway."
     )
     listed = [f"{verb} {side}" for verb in ("open door to", "close door to", "move") for side in ("south", "west")]
-    assert door_no_ops(room, listed) == {"open door to south", "close door to west", "move west"}
-    assert door_no_ops(room, ["move east", "take coin", "look around"]) == set()
-    assert declared_no_ops("twx/coin?includeDoors=1") is door_no_ops and declared_no_ops("keyroom/key") is None
+    assert shown_no_ops(room, listed) == {"open door to south", "close door to west", "move west"}
+    assert shown_no_ops(room, ["move east", "take coin", "look around"]) == set()
+    kitchen = "You are in the kitchen. You see a fridge that is closed. You also see an open dishwasher, that is empty."
+    containers = ["open fridge", "close fridge", "open dishwasher", "close dishwasher"]
+    assert shown_no_ops(kitchen, containers) == {"close fridge", "open dishwasher"}
+    assert declared_no_ops("twx/coin?includeDoors=1") is shown_no_ops and declared_no_ops("keyroom/key") is None
 
 
 def test_declared_no_ops_count_before_one_is_wasted(gem_box, monkeypatch):
