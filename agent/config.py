@@ -227,9 +227,10 @@ class AgentSettings(BaseModel):
     )
     undos: bool = Field(
         True,
-        description="With the loop breaker, on tasks that declare which action undoes which (TaskSpec.inverse_action: "
-        "TextWorldExpress's open and close), pass over repeating a change still in effect in this place (opening an "
-        "open door) and undoing one made here since the last reward (closing the door just opened).",
+        description="With the loop breaker, on tasks that declare what their actions set (TaskSpec.toggles: "
+        "TextWorldExpress's doors and containers, open or closed), pass over setting a thing to the state the "
+        "episode already set it to (opening the door it opened) and setting back one it changed since the last "
+        "reward (closing that door, from either side).",
     )
     fuzzy_threshold: float = Field(
         0.75, ge=0, le=1, description="Similarity needed to map a reply onto an admissible action."

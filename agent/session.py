@@ -21,12 +21,12 @@ from crl.tasks.base import Observation, TextEnv
 from crl.tasks.places import places_of
 from crl.tasks.situations import (
     declared_idle_actions,
-    declared_inverse,
     declared_no_ops,
     last_paragraph,
     repeat_undoes_reward,
     situation_of,
 )
+from crl.tasks.toggles import declared_toggles
 
 if TYPE_CHECKING:
     from crl.agent.tools.toolbox import Toolbox
@@ -108,12 +108,10 @@ class EpisodeSession:
         self._changed_something: dict[str, bool] = {}
         self._declared_idle = declared_idle_actions(episode.task)
         self._declared_no_ops = declared_no_ops(episode.task) if config.idle_actions else None
-        places = places_of(episode.task) if config.loop_breaker else None
-        self._places = places if config.frontier else None
-        self._place_of = places.here if places is not None else None
-        self._inverse = declared_inverse(episode.task) if config.loop_breaker and config.undos else None
-        self._in_effect: dict[str | None, set[str]] = {}
-        self._changed_since_reward: dict[str | None, set[str]] = {}
+        self._places = places_of(episode.task) if config.loop_breaker and config.frontier else None
+        self._toggles = declared_toggles(episode.task) if config.loop_breaker and config.undos else None
+        self._set_to: dict[str, str] = {}
+        self._changed_since_reward: set[str] = set()
         self._visited: set[str] = set()
         self._map = PlaceMap()
         self._visit(self.observation)
@@ -212,40 +210,42 @@ class EpisodeSession:
             no_ops = no_ops | (self.idle_actions() & set(listed))
         if self._declared_no_ops is not None:
             no_ops = no_ops | self._declared_no_ops(self.observation.text, listed)
-        if self._inverse is not None:
-            no_ops = no_ops | (self._in_effect.get(self._place(), set()) & set(listed))
+        if self._toggles is not None:
+            no_ops = no_ops | {a for a, (thing, state) in self._toggled(listed).items() if self._set_to[thing] == state}
         return no_ops
 
     def undoes(self) -> set[str]:
-        """Listed actions that undo a change this episode made in this place since its last reward
-        (closing the door it opened, on tasks that declare `TaskSpec.inverse_action`, with the loop
-        breaker and `agent.undos` on): the loop rules pass over them while another choice remains, as
-        they only lead back to where the episode was. A change undone anyway is no longer counted."""
-        if self._inverse is None:
+        """Listed actions that set back a thing this episode changed since its last reward (closing the
+        door it opened, from either side, on tasks that declare `TaskSpec.toggles`, with the loop breaker
+        and `agent.undos` on): the loop rules pass over them while another choice remains, as they only
+        return to where the episode was. A thing changed back anyway no longer counts."""
+        if self._toggles is None:
             return set()
-        listed = set(self.observation.admissible_actions or [])
-        made = self._changed_since_reward.get(self._place(), set())
-        return {undo for action in made if (undo := self._inverse(action)) in listed}
+        toggled = self._toggled(self.observation.admissible_actions or [])
+        return {
+            a
+            for a, (thing, state) in toggled.items()
+            if thing in self._changed_since_reward and self._set_to[thing] != state
+        }
 
-    def _place(self) -> str | None:
-        """The place the task says the player is in, the key of changes made here; None for a task that
-        names no places (the whole episode is one place)."""
-        return self._place_of(self.observation.text) if self._place_of is not None else None
+    def _toggled(self, listed: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """The listed actions that set a thing this episode has set, with the thing and the state."""
+        found = {}
+        for action in listed:
+            toggle = self._toggles(self.observation.text, action)
+            if toggle is not None and toggle[0] in self._set_to:
+                found[action] = toggle
+        return found
 
-    def _record_change(self, action: str) -> None:
-        """Keep `action`, which changed something here, as in effect, and as undone by its inverse."""
-        undo = self._inverse(action)
-        if undo is None:
+    def _record_toggle(self, action: str, after: Observation) -> None:
+        """Keep the state `action` set its thing to, named from before the action or else from after it
+        (a door's far room is named once it is open); a thing changed twice counts as back where it was."""
+        toggle = self._toggles(self.observation.text, action) or self._toggles(after.text, action)
+        if toggle is None:
             return
-        place = self._place()
-        in_effect = self._in_effect.setdefault(place, set())
-        in_effect.add(action)
-        in_effect.discard(undo)
-        made = self._changed_since_reward.setdefault(place, set())
-        if undo in made:
-            made.discard(undo)
-        else:
-            made.add(action)
+        thing, state = toggle
+        self._set_to[thing] = state
+        self._changed_since_reward ^= {thing}
 
     def revisits(self) -> set[str]:
         """Listed moves that lead, as the observation names it, to a place this episode has been in since
@@ -446,8 +446,8 @@ class EpisodeSession:
         if idle:
             key = (self.here(), tuple(sorted(self.observation.admissible_actions)))
             self._no_ops.setdefault(key, set()).add(action)
-        elif self._inverse is not None:
-            self._record_change(action)
+        elif self._toggles is not None:
+            self._record_toggle(action, obs)
         self._changed_something[action] = self._changed_something.get(action, False) or not idle
         self._listed_throughout &= set(obs.admissible_actions or [])
         key = (self.here(), action)

@@ -107,10 +107,11 @@ class TaskSpec:
     `idle_actions`: actions that never change anything in any world of the task (TextWorldExpress's
     "look around" and "inventory", which only describe): with `agent.idle_actions` they count as
     idle from the first step, before one was wasted to learn it.
-    `inverse_action`: `action -> the action that undoes it, or None` (TextWorldExpress: "open door to
-    west" and "close door to west"): with `agent.undos` the loop rules pass over repeating a change
-    still in effect and over undoing one made in the same place since the last reward
-    (`crl.tasks.situations.declared_inverse`).
+    `toggles`: `(observation, action) -> (thing, state)` or None, the thing an action sets and the state
+    it sets it to, named alike from wherever it is taken (TextWorldExpress: ("door between the bedroom
+    and the corridor", "open")): with `agent.undos` the loop rules pass over setting a thing to the
+    state the episode already set it to and over setting back one it changed since the last reward
+    (`crl.tasks.toggles`).
     `no_ops`: `(observation, listed actions) -> those the observation shows would change nothing`
     (TextWorldExpress: opening a door it describes as open, closing or walking through one it
     describes as closed): with `agent.idle_actions` the loop rules count them as known no-ops before
@@ -132,7 +133,7 @@ class TaskSpec:
     repeat_undoes_reward: bool = False
     places: Places | None = None
     idle_actions: tuple[str, ...] = ()
-    inverse_action: Callable[[str], str | None] | None = None
+    toggles: Callable[[str, str], tuple[str, str] | None] | None = None
     no_ops: Callable[[str, Sequence[str]], set[str]] | None = None
 
     @property

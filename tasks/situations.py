@@ -13,9 +13,6 @@ A task whose points are each paid once, and lost again by undoing what earned th
 `TaskSpec.repeat_undoes_reward`: the loop rules then also pass over an action whose reward the
 episode still holds (TextWorldExpress's twc: taking back an item already put away).
 
-A task whose actions come in pairs that undo each other (open and close) declares
-`TaskSpec.inverse_action`: the loop rules then know that repeating a change still in effect does
-nothing, and that undoing one made since the last reward only goes back to where the episode was.
 A task whose observations show what an action would do declares `TaskSpec.no_ops`: the listed
 actions the observation shows would change nothing (TextWorldExpress's "open door to west" where it
 describes the door to the West as open) count as known no-ops from the first sight.
@@ -64,15 +61,6 @@ def repeat_undoes_reward(task: str) -> bool:
 
     spec = find_task(task)
     return spec.repeat_undoes_reward if spec else False
-
-
-def declared_inverse(task: str) -> Callable[[str], str | None] | None:
-    """The task's `action -> the action that undoes it` (`TaskSpec.inverse_action`); None when it
-    declares none or is not registered here."""
-    from crl.tasks.registry import find_task
-
-    spec = find_task(task)
-    return spec.inverse_action if spec else None
 
 
 def declared_no_ops(task: str) -> Callable[[str, Sequence[str]], set[str]] | None:

@@ -270,21 +270,6 @@ def room_beyond(observation: str, action: str) -> str | None:
     return found.group(1) if found else None
 
 
-_TOGGLE = re.compile(r"^(open|close) (.+)$")
-_OPPOSITE = {"open": "close", "close": "open"}
-
-
-def inverse_action(action: str) -> str | None:
-    """The action that undoes `action`: opening and closing the same door or container; None for others.
-
-    Example:
-        >>> inverse_action("open door to west"), inverse_action("close fridge"), inverse_action("move west")
-        ('close door to west', 'open fridge', None)
-    """
-    found = _TOGGLE.match(action)
-    return f"{_OPPOSITE[found.group(1)]} {found.group(2)}" if found else None
-
-
 _DOOR_ACTION = re.compile(r"^(open door to|close door to|move) (north|south|east|west)$")
 _CONTAINER_ACTION = re.compile(r"^(open|close) (.+)$")
 
@@ -318,6 +303,31 @@ def _changes_nothing(room: str, action: str) -> bool:
     if verb == "open":
         return re.search(rf"\ban open {name}\b", room) is not None
     return re.search(rf"\b{name} that is closed\b", room) is not None
+
+
+def thing_toggled(observation: str, action: str) -> tuple[str, str] | None:
+    """What an open or close sets (`TaskSpec.toggles`): a door, named by the two rooms it joins so that
+    both sides name it alike, or a container in this room, with "open" or "closed"; None for other
+    actions and for a door whose far room the description does not name (a closed one).
+
+    Example:
+        >>> thing_toggled("You are in the den. To the North you see the hall.", "close door to north")
+        ('door between the den and the hall', 'closed')
+        >>> thing_toggled("You are in the hall. Through an open door, to the South you see the den.", "open door to south")
+        ('door between the den and the hall', 'open')
+        >>> thing_toggled("You are in the kitchen. You see a fridge.", "open fridge")
+        ('fridge in the kitchen', 'open')
+    """
+    toggle = _CONTAINER_ACTION.match(action)
+    room = room_of(observation)
+    if toggle is None or room is None:
+        return None
+    verb, what = toggle.group(1), toggle.group(2)
+    state = "open" if verb == "open" else "closed"
+    if what.startswith("door to "):
+        beyond = room_beyond(observation, "move " + what.removeprefix("door to "))
+        return (f"door between the {' and the '.join(sorted((room, beyond)))}", state) if beyond else None
+    return f"{what} in the {room}", state
 
 
 def _max_raw_score(raw) -> int | None:
@@ -359,7 +369,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         situation=last_paragraph,
         places=Places(here=room_of, leads_to=room_beyond),
         idle_actions=LOOKING,
-        inverse_action=inverse_action,
+        toggles=thing_toggled,
         no_ops=shown_no_ops,
     )
     for _game_spec in GAMES.values()

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskError, TaskSpec
 from crl.tasks.places import Places
+from crl.tasks.toggles import pair_toggles
 
 
 class UserTask:
@@ -57,7 +58,9 @@ class UserTask:
             idle from the first step (`TaskSpec.idle_actions`).
         inverse_action: optional `action -> the action that undoes it, or None` (a staticmethod:
             "open box" and "close box"), so the loop rules pass over repeating a change still in
-            effect and undoing one made since the last reward (`TaskSpec.inverse_action`).
+            effect and undoing one made since the last reward (`crl.tasks.toggles.pair_toggles`).
+        toggles: optional `(observation, action) -> (thing, state)` (a staticmethod), the full form
+            of `inverse_action` for things reached from more than one place (`TaskSpec.toggles`).
         no_ops: optional `(observation, listed actions) -> set` (a staticmethod): the listed actions
             the observation shows would change nothing ("open box" where it says the box is open),
             counted as known no-ops before one was wasted (`TaskSpec.no_ops`).
@@ -75,6 +78,7 @@ class UserTask:
     places: ClassVar[Places | None] = None
     idle_actions: ClassVar[tuple[str, ...]] = ()
     inverse_action: ClassVar[Callable[[str], str | None] | None] = None
+    toggles: ClassVar[Callable[[str, str], tuple[str, str] | None] | None] = None
     no_ops: ClassVar[Callable[[str, Sequence[str]], set[str]] | None] = None
 
     def reset(self, seed: int) -> Observation:
@@ -125,6 +129,6 @@ class UserTask:
             repeat_undoes_reward=cls.repeat_undoes_reward,
             places=cls.places,
             idle_actions=tuple(cls.idle_actions),
-            inverse_action=cls.inverse_action,
+            toggles=cls.toggles or (pair_toggles(cls.inverse_action, cls.places) if cls.inverse_action else None),
             no_ops=cls.no_ops,
         )

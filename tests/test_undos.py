@@ -1,6 +1,7 @@
-"""Undo pairs: on a task that declares which action undoes which (`TaskSpec.inverse_action`), the loop
-rules pass over repeating a change still in effect and undoing one made here since the last reward
-(`agent.undos`)."""
+"""Toggles: on a task that declares what its actions set (`TaskSpec.toggles`, or a `UserTask`'s
+`inverse_action` pairs), the loop rules pass over setting a thing to the state the episode set it to
+and over setting back one changed since the last reward (`agent.undos`); and a task's declared
+no-ops (`TaskSpec.no_ops`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from crl.agent.llm.scripted import ScriptedModel
 from crl.agent.session import EpisodeSession, LoopConfig
 from crl.memory.trajectory import Episode
 from crl.tasks import registry
-from crl.tasks.situations import declared_inverse, declared_no_ops
-from crl.tasks.twx import inverse_action
+from crl.tasks.situations import declared_no_ops
+from crl.tasks.toggles import declared_toggles
+from crl.tasks.twx import thing_toggled
 from crl.tasks.user_task import UserTask
 from tests.test_posterior_policy import settings_for
 
@@ -63,12 +65,17 @@ def gem_box(monkeypatch):
     return ScriptedModel(lambda messages: json.dumps(SCORES))
 
 
-def test_twx_declares_open_and_close_as_undoing_each_other():
-    assert inverse_action("open door to west") == "close door to west"
-    assert inverse_action("close fridge") == "open fridge"
-    assert inverse_action("move west") is None and inverse_action("take coin") is None
-    assert declared_inverse("twx/coin?includeDoors=1") is inverse_action
-    assert declared_inverse("keyroom/key") is None
+def test_twx_names_a_door_alike_from_both_sides_and_a_container_by_its_room():
+    corridor = "You are in the corridor. Through an open wood door, to the North you see the bedroom."
+    bedroom = "You are in the bedroom. A bed. Through an open wood door, to the South you see the corridor."
+    door = "door between the bedroom and the corridor"
+    assert thing_toggled(corridor, "open door to north") == (door, "open")
+    assert thing_toggled(bedroom, "close door to south") == (door, "closed")
+    assert thing_toggled("You are in the hall. To the West you see a closed plain door.", "open door to west") is None
+    assert thing_toggled("You are in the kitchen. A fridge.", "close fridge") == ("fridge in the kitchen", "closed")
+    assert thing_toggled(corridor, "move north") is None and thing_toggled(corridor, "take coin") is None
+    assert declared_toggles("twx/coin?includeDoors=1") is thing_toggled and declared_toggles("keyroom/key") is None
+    assert declared_toggles(GemBox.name) is None  # the fixture registers it
 
 
 def test_a_model_that_likes_opening_and_closing_gets_on_with_the_task(crl_home, gem_box):
@@ -124,7 +131,7 @@ def test_the_rule_is_off_without_the_loop_breaker_or_the_declaration(gem_box, mo
         session = _session(config)
         _force(session, "open box")
         assert session.undoes() == set() and "open box" not in session.no_ops_here()
-    monkeypatch.setitem(registry._TASKS, GemBox.name, replace(GemBox.spec(), inverse_action=None))
+    monkeypatch.setitem(registry._TASKS, GemBox.name, replace(GemBox.spec(), toggles=None))
     session = _session()
     _force(session, "open box")
     assert session.undoes() == set()
@@ -143,12 +150,12 @@ DOOR_LOVER = {
 def test_coin_with_doors_a_door_lover_walks_through_the_door_it_opened(crl_home):
     """The real engine, dev seed 10001 (a kitchen with closed doors south and west, the coin beyond):
     a model that scores opening and closing doors above moving, as the embedded model does, spends its
-    ten steps opening, reopening and closing; with undo pairs it opens both doors, walks through and
-    finds the coin."""
+    ten steps opening, reopening and closing; with the toggle rule and the no-ops the room shows it opens
+    both doors, walks through and finds the coin."""
     model = ScriptedModel(lambda messages: json.dumps(DOOR_LOVER))
 
     def play(undos: bool) -> Episode:
-        settings = settings_for(crl_home, undos=undos, max_steps=10)
+        settings = settings_for(crl_home, undos=undos, idle_actions=undos, max_steps=10)
         return start_run(settings, COIN_DOORS, 1, fold="dev", seeds=[10001], model=model).episodes[0]
 
     plain = play(False)
@@ -186,3 +193,22 @@ def test_declared_no_ops_count_before_one_is_wasted(gem_box, monkeypatch):
     assert "close box" not in _session(LoopConfig(max_steps=9, react=False, idle_actions=False)).no_ops_here()
     monkeypatch.setitem(registry._TASKS, GemBox.name, GemBox.spec())
     assert "close box" not in _session().no_ops_here()
+
+
+def test_the_door_opened_from_one_side_is_known_from_the_other():
+    """The real engine, dev seed 10001: the kitchen's door south opened, the player walks through; in the
+    backyard the same door is "to the North": opening it is a no-op and closing it an undo."""
+    from crl.tasks.registry import make_env
+
+    episode = Episode(episode_id="doors-0000", run_id="doors", task=COIN_DOORS, seed=10001, goal="")
+    config = LoopConfig(max_steps=10, react=False)
+    session = EpisodeSession(make_env(COIN_DOORS), episode, config, lambda t: 1, lambda m: 1)
+    try:
+        for action in ("open door to south", "move south"):
+            _force(session, action)
+        assert session.observation.text.rsplit("\n\n", 1)[-1].startswith("You are in the backyard")
+        assert session.undoes() == {"close door to north"}
+        assert {"open door to north", "close door to north"} <= session.tried_here()
+        assert "open door to north" in session.no_ops_here()
+    finally:
+        session.env.close()
