@@ -281,7 +281,7 @@ class PosteriorDecision:
             line += f"; leads back to a place seen since the last reward: {', '.join(back)}"
         undone = [a for a in self.avoided if a in self.undoes and a not in self.held and a not in self.revisits]
         if undone:
-            line += f"; would undo a change made here since the last reward: {', '.join(undone)}"
+            line += f"; would undo a change made since the last reward: {', '.join(undone)}"
         if self.chosen in self.ways_out:
             line += "; the shortest known way to a place not seen yet"
         if self.explored:
@@ -385,7 +385,7 @@ def decide(
             (`EpisodeSession.revisits`), so the record says why.
         ways_out: moves back that start the shortest known way to a place not seen yet
             (`EpisodeSession.ways_out`), left out of `avoid` for that reason; recorded.
-        undoes: those of `avoid` that undo a change made in this place since the last reward
+        undoes: those of `avoid` that set back a thing changed since the last reward
             (`EpisodeSession.undoes`), so the record says why.
 
     Returns:

@@ -188,8 +188,8 @@ class EpisodeSession:
         observation of this same situation (`here`); with `agent.loop_breaker` where the task lists
         its actions, also the known no-ops (`no_ops_here`); where the task declares that repeating a
         rewarded action undoes it, the actions whose reward is still held (`held_rewards`); and moves
-        back to places seen since the last reward (`revisits`); where the task declares which action
-        undoes which, the undoing of a change made here since the last reward (`undoes`)."""
+        back to places seen since the last reward (`revisits`); where the task declares what its
+        actions set, the setting back of a thing changed since the last reward (`undoes`)."""
         tried = self._tried.get(self.here(), set())
         extra = self.no_ops_here() | self.held_rewards() | self.revisits() | self.undoes()
         return tried | extra if extra else tried
@@ -198,10 +198,11 @@ class EpisodeSession:
         """Listed actions known to change nothing here: taken in this same situation with this same list of
         actions and nothing changed by them (`examine door` twice: the second can only repeat the first;
         TextWorldExpress lists "move south" behind a closed door and after it was opened alike, so the
-        list alone does not say it is a no-op); with
-        `agent.idle_actions`, the episode's idle actions (`idle_actions`); and with `agent.undos`, on tasks
-        that declare `TaskSpec.inverse_action`, a change this episode made here that is still in effect
-        (opening the door it opened). Empty without the loop breaker or a list of actions."""
+        list alone does not say it is a no-op); with `agent.idle_actions`, the episode's idle actions
+        (`idle_actions`) and those the task says this observation shows would change nothing
+        (`TaskSpec.no_ops`: opening a door described as open); and with `agent.undos`, on tasks that
+        declare `TaskSpec.toggles`, setting a thing to the state this episode already set it to (opening
+        the door it opened, from either side). Empty without the loop breaker or a list of actions."""
         listed = self.observation.admissible_actions if self.config.loop_breaker else None
         if not listed:
             return set()

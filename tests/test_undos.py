@@ -90,7 +90,7 @@ def test_a_model_that_likes_opening_and_closing_gets_on_with_the_task(crl_home, 
     assert [s.action for s in episode.steps][:2] == ["open box", "take gem"] and episode.success
     taking = episode.steps[1].extra.policy
     assert taking.posterior["undoes"] == ["close box"] and taking.decided_by == "repeat-avoidance"
-    assert "would undo a change made here since the last reward: close box" in taking.reason
+    assert "would undo a change made since the last reward: close box" in taking.reason
     assert "open box" in taking.posterior["avoided"]  # opening the open box is a known no-op
 
     from rich.console import Console
@@ -99,7 +99,7 @@ def test_a_model_that_likes_opening_and_closing_gets_on_with_the_task(crl_home, 
 
     console = Console(record=True, width=200)
     render_explanation(console, episode, only_step=1)
-    assert "undoes a change made here" in console.export_text()
+    assert "undoes a change made since the reward" in console.export_text()
 
 
 def _session(config: LoopConfig | None = None) -> EpisodeSession:
