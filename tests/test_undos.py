@@ -21,6 +21,7 @@ from crl.tasks.toggles import declared_toggles
 from crl.tasks.twx import thing_toggled
 from crl.tasks.user_task import UserTask
 from tests.test_posterior_policy import settings_for
+from tests.test_situations import needs_twx
 
 
 def _box_inverse(action: str) -> str | None:
@@ -147,6 +148,7 @@ DOOR_LOVER = {
 }
 
 
+@needs_twx
 def test_coin_with_doors_a_door_lover_walks_through_the_door_it_opened(crl_home):
     """The real engine, dev seed 10001 (a kitchen with closed doors south and west, the coin beyond):
     a model that scores opening and closing doors above moving, as the embedded model does, spends its
@@ -195,6 +197,7 @@ def test_declared_no_ops_count_before_one_is_wasted(gem_box, monkeypatch):
     assert "close box" not in _session().no_ops_here()
 
 
+@needs_twx
 def test_the_door_opened_from_one_side_is_known_from_the_other():
     """The real engine, dev seed 10001: the kitchen's door south opened, the player walks through; in the
     backyard the same door is "to the North": opening it is a no-op and closing it an undo."""
