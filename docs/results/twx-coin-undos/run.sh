@@ -16,3 +16,5 @@ CRL_MEMORY__ENABLED=false crl eval "$COIN" --fold dev -n 96 -k 8 --max-steps 10 
 crl run "$COIN" -n 48 -k 8 --max-steps 10 --json > "$OUT/doors-collect.json"
 crl eval "$COIN" --fold dev -n 96 -k 8 --max-steps 10 --json > "$OUT/doors-memory.json"
 CRL_HOME=$OUT/twc CRL_MEMORY__ENABLED=false crl eval "$TWC" --fold dev -n 32 -k 8 --max-steps 10 --memory off --json > "$OUT/twc-alone.json"
+# The test fold, played once after every dev figure was known (d705bdd):
+# CRL_HOME=$OUT/doors-test CRL_MEMORY__ENABLED=false crl eval "$COIN" --fold test -n 96 -k 8 --max-steps 10 --memory off --json > "$OUT/doors-test.json"
