@@ -76,7 +76,7 @@ def test_twx_names_a_door_alike_from_both_sides_and_a_container_by_its_room():
     assert thing_toggled("You are in the kitchen. A fridge.", "close fridge") == ("fridge in the kitchen", "closed")
     assert thing_toggled(corridor, "move north") is None and thing_toggled(corridor, "take coin") is None
     assert declared_toggles("twx/coin?includeDoors=1") is thing_toggled and declared_toggles("keyroom/key") is None
-    assert declared_toggles(GemBox.name) is None  # the fixture registers it
+    assert declared_toggles(GemBox.name) is None  # registered only by the gem_box fixture
 
 
 def test_a_model_that_likes_opening_and_closing_gets_on_with_the_task(crl_home, gem_box):
