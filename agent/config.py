@@ -232,6 +232,12 @@ class AgentSettings(BaseModel):
         "episode already set it to (opening the door it opened) and setting back one it changed since the last "
         "reward (closing that door, from either side).",
     )
+    follow_through: bool = Field(
+        True,
+        description="With the frontier, when the last action opened a way on where the agent stands (a door, on "
+        "TextWorldExpress) to a place not seen yet, a move through it comes before any other move the policy "
+        "would take: the room just opened is explored before the agent walks away and has to come back.",
+    )
     fuzzy_threshold: float = Field(
         0.75, ge=0, le=1, description="Similarity needed to map a reply onto an admissible action."
     )

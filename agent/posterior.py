@@ -240,6 +240,7 @@ class PosteriorDecision:
     revisits: list[str] = field(default_factory=list)
     ways_out: list[str] = field(default_factory=list)
     undoes: list[str] = field(default_factory=list)
+    ahead: list[str] = field(default_factory=list)
 
     @property
     def memory_changed_argmax(self) -> bool:
@@ -249,14 +250,17 @@ class PosteriorDecision:
     @property
     def decided_by(self) -> str:
         """Who chose: "llm" when the model's argmax was taken, "memory" when memory's change of argmax
-        was, "exploration" when directed exploration offered the action (`explored`), "sample" when
-        sampling picked none of those."""
+        was, "exploration" when directed exploration offered the action (`explored`), "follow-through"
+        when it goes through the way the last action opened in place of another move (`ahead`), "sample"
+        when sampling picked none of those."""
         if self.chosen == self.model_best:
             return "llm"
         if self.chosen == self.posterior_best:
             return "memory"
         if self.chosen in self.explored:
             return "exploration"
+        if self.chosen in self.ahead:
+            return "follow-through"
         return "repeat-avoidance" if self.avoided and self.mode == "greedy" else "sample"
 
     @property
@@ -284,6 +288,8 @@ class PosteriorDecision:
             line += f"; would undo a change made since the last reward: {', '.join(undone)}"
         if self.chosen in self.ways_out:
             line += "; the shortest known way to a place not seen yet"
+        if self.chosen in self.ahead:
+            line += "; goes through the way the last action opened"
         if self.explored:
             line += f"; memory saw no listed use of what is held succeed, so first: {', '.join(self.explored)}"
         return line
@@ -310,6 +316,7 @@ class PosteriorDecision:
             **({"revisits": list(self.revisits)} if self.revisits else {}),
             **({"ways_out": list(self.ways_out)} if self.ways_out else {}),
             **({"undoes": list(self.undoes)} if self.undoes else {}),
+            **({"ahead": list(self.ahead)} if self.ahead else {}),
             **({"explore_enabling": True} if self.config.explore_enabling else {}),
             **({"explored": list(self.explored)} if self.explored else {}),
             "actions": {
@@ -362,6 +369,8 @@ def decide(
     revisits: Collection[str] = (),
     ways_out: Collection[str] = (),
     undoes: Collection[str] = (),
+    ahead: Collection[str] = (),
+    moves: Collection[str] = (),
 ) -> PosteriorDecision:
     """Choose an action from the posterior over the scored candidates.
 
@@ -387,6 +396,9 @@ def decide(
             (`EpisodeSession.ways_out`), left out of `avoid` for that reason; recorded.
         undoes: those of `avoid` that set back a thing changed since the last reward
             (`EpisodeSession.undoes`), so the record says why.
+        ahead: moves through the way the last action opened (`EpisodeSession.ahead`): when the
+            choice would be another of `moves`, it is made among these instead while any is open.
+        moves: the listed moves (`EpisodeSession.listed_moves`).
 
     Returns:
         The `PosteriorDecision`, with the chosen action and everything behind it.
@@ -412,14 +424,15 @@ def decide(
     offered = [i for i in open_ if actions[i] in first]
     explored = [actions[i] for i in offered]
     open_ = offered or open_
-    if config.mode == "greedy":
-        chosen = actions[max(open_, key=lambda i: (post[i], i == actions.index(posterior_best), -i))]
-    else:
-        chosen = actions[rng.choices(open_, weights=[post[i] for i in open_])[0]]
+    chosen = _pick(actions, open_, post, posterior_best, config.mode, rng)
+    through = [i for i in open_ if actions[i] in ahead]
+    if through and chosen in moves and chosen not in ahead and chosen not in explored:
+        chosen = _pick(actions, through, post, posterior_best, config.mode, rng)
     held_here = [a for a in avoided if a in held]
     back = [a for a in avoided if a in revisits]
     way_out = [a for a in actions if a in ways_out]
     undone = [a for a in avoided if a in undoes]
+    opened = [actions[i] for i in through]
     return PosteriorDecision(
         actions,
         probs,
@@ -437,7 +450,23 @@ def decide(
         back,
         way_out,
         undone,
+        opened,
     )
+
+
+def _pick(
+    actions: Sequence[str],
+    among: Sequence[int],
+    post: Sequence[float],
+    posterior_best: str,
+    mode: Mode,
+    rng: random.Random | None,
+) -> str:
+    """The greedy choice among these indices (the posterior's argmax on ties), or a draw by the posterior."""
+    if mode == "greedy":
+        best = actions.index(posterior_best)
+        return actions[max(among, key=lambda i: (post[i], i == best, -i))]
+    return actions[rng.choices(among, weights=[post[i] for i in among])[0]]
 
 
 def _argmax(values: Sequence[float], prefer: int | None = None) -> int:

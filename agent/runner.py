@@ -487,6 +487,8 @@ class Runner:
         revisits = session.revisits()
         ways_out = session.ways_out()
         undoes = session.undoes()
+        ahead = session.ahead()
+        moves = session.listed_moves() if ahead else set()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
         first = self._explore_first(session, dist.actions, advantages, tried) if config.explore_enabling else []
@@ -503,6 +505,8 @@ class Runner:
                 revisits=revisits,
                 ways_out=ways_out,
                 undoes=undoes,
+                ahead=ahead,
+                moves=moves,
             )
             if advisor is not None and decision.chosen in advantages:
                 session.used_memory.extend(

@@ -52,6 +52,7 @@ class LoopConfig:
     idle_actions: bool = True
     frontier: bool = True
     undos: bool = True
+    follow_through: bool = True
     log_prompts: str = "memory"
     react: bool = True
     prefill: bool = True
@@ -113,6 +114,7 @@ class EpisodeSession:
         self._set_to: dict[str, str] = {}
         self._changed_since_reward: set[str] = set()
         self._visited: set[str] = set()
+        self._opened_ways: set[str] = set()
         self._map = PlaceMap()
         self._visit(self.observation)
 
@@ -267,6 +269,32 @@ class EpisodeSession:
         if self._places is None or not self._visited:
             return set()
         return self._map.ways_out(self._moves(self.observation), self._visited)
+
+    def listed_moves(self) -> set[str]:
+        """The listed actions that lead to a place the observation names (`TaskSpec.places`); empty
+        without it or `agent.frontier`."""
+        return set(self._moves(self.observation)) if self._places is not None else set()
+
+    def ahead(self) -> set[str]:
+        """Listed moves the last action opened where the agent stands, to a place not visited since the
+        last reward (opening a door lists the room behind it), with `agent.follow_through`: the policy
+        goes through one of them before taking any other move."""
+        if not self._opened_ways:
+            return set()
+        moves = self._moves(self.observation)
+        return {a for a in self._opened_ways if a in moves and moves[a] not in self._visited}
+
+    def _note_opened_ways(self, after: Observation) -> None:
+        """Keep the moves that `after` names a place for and the observation before it did not (or named
+        another), when the action left the agent where it was."""
+        self._opened_ways = set()
+        if self._places is None or not self.config.follow_through:
+            return
+        here = self._places.here(self.observation.text)
+        if here is None or here != self._places.here(after.text):
+            return
+        before = self._moves(self.observation)
+        self._opened_ways = {a for a, place in self._moves(after).items() if before.get(a) != place}
 
     def _moves(self, observation: Observation) -> dict[str, str]:
         leads_to = self._places.leads_to
@@ -457,6 +485,7 @@ class EpisodeSession:
         if repeats:
             step.extra.repeat = repeats
         self.history.acted(action, obs.text, repeated=bool(repeats), call=call)
+        self._note_opened_ways(obs)
         self.observation = obs
         self.episode.total_return += float(step.reward)
         if step.reward > 0:
