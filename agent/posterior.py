@@ -241,6 +241,7 @@ class PosteriorDecision:
     ways_out: list[str] = field(default_factory=list)
     undoes: list[str] = field(default_factory=list)
     ahead: list[str] = field(default_factory=list)
+    followed: bool = False
 
     @property
     def memory_changed_argmax(self) -> bool:
@@ -259,7 +260,7 @@ class PosteriorDecision:
             return "memory"
         if self.chosen in self.explored:
             return "exploration"
-        if self.chosen in self.ahead:
+        if self.followed:
             return "follow-through"
         return "repeat-avoidance" if self.avoided and self.mode == "greedy" else "sample"
 
@@ -288,7 +289,7 @@ class PosteriorDecision:
             line += f"; would undo a change made since the last reward: {', '.join(undone)}"
         if self.chosen in self.ways_out:
             line += "; the shortest known way to a place not seen yet"
-        if self.chosen in self.ahead:
+        if self.followed:
             line += "; goes through the way the last action opened"
         if self.explored:
             line += f"; memory saw no listed use of what is held succeed, so first: {', '.join(self.explored)}"
@@ -317,6 +318,7 @@ class PosteriorDecision:
             **({"ways_out": list(self.ways_out)} if self.ways_out else {}),
             **({"undoes": list(self.undoes)} if self.undoes else {}),
             **({"ahead": list(self.ahead)} if self.ahead else {}),
+            **({"followed_through": True} if self.followed else {}),
             **({"explore_enabling": True} if self.config.explore_enabling else {}),
             **({"explored": list(self.explored)} if self.explored else {}),
             "actions": {
@@ -397,7 +399,8 @@ def decide(
         undoes: those of `avoid` that set back a thing changed since the last reward
             (`EpisodeSession.undoes`), so the record says why.
         ahead: moves through the way the last action opened (`EpisodeSession.ahead`): when the
-            choice would be another of `moves`, it is made among these instead while any is open.
+            choice would be another of `moves`, it is made among these instead while any is open
+            (recorded as `followed`).
         moves: the listed moves (`EpisodeSession.listed_moves`).
 
     Returns:
@@ -426,7 +429,8 @@ def decide(
     open_ = offered or open_
     chosen = _pick(actions, open_, post, posterior_best, config.mode, rng)
     through = [i for i in open_ if actions[i] in ahead]
-    if through and chosen in moves and chosen not in ahead and chosen not in explored:
+    followed = bool(through) and chosen in moves and chosen not in ahead and chosen not in explored
+    if followed:
         chosen = _pick(actions, through, post, posterior_best, config.mode, rng)
     held_here = [a for a in avoided if a in held]
     back = [a for a in avoided if a in revisits]
@@ -451,6 +455,7 @@ def decide(
         way_out,
         undone,
         opened,
+        followed,
     )
 
 

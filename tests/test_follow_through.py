@@ -22,7 +22,10 @@ def test_the_way_just_opened_replaces_another_move_but_not_another_kind_of_actio
     decision = decide(PROBS, {}, PosteriorConfig(), ahead={"move east"}, moves=MOVES)
     assert decision.chosen == "move east" and decision.decided_by == "follow-through"
     assert decision.reason.endswith("goes through the way the last action opened")
-    assert decision.to_dict()["ahead"] == ["move east"]
+    assert decision.to_dict()["ahead"] == ["move east"] and decision.to_dict()["followed_through"]
+    chosen_anyway = decide({**PROBS, "move east": 0.5}, {}, PosteriorConfig(), ahead={"move east"}, moves=MOVES)
+    assert chosen_anyway.chosen == "move east" and chosen_anyway.decided_by == "llm"
+    assert "followed_through" not in chosen_anyway.to_dict() and "last action opened" not in chosen_anyway.reason
     coin_first = {**PROBS, "take coin": 0.5}
     assert decide(coin_first, {}, PosteriorConfig(), ahead={"move east"}, moves=MOVES).chosen == "take coin"
     assert decide(PROBS, {}, PosteriorConfig(), ahead={"move east"}, moves=()).chosen == "move north"
@@ -84,3 +87,4 @@ def test_coin_with_doors_the_agent_goes_through_the_door_it_opened(crl_home):
     assert followed.success and [s.action for s in followed.steps] == ["open door to east", "move east", "take coin"]
     through = followed.steps[1]
     assert through.decided_by == "follow-through" and through.extra.policy.posterior["ahead"] == ["move east"]
+    assert "goes through the way the last action opened" in through.extra.policy.reason
