@@ -252,8 +252,8 @@ class PosteriorDecision:
     def decided_by(self) -> str:
         """Who chose: "llm" when the model's argmax was taken, "memory" when memory's change of argmax
         was, "exploration" when directed exploration offered the action (`explored`), "follow-through"
-        when it goes through the way the last action opened in place of another move (`ahead`), "sample"
-        when sampling picked none of those."""
+        when the move through the way the last action opened replaced another move (`followed`),
+        "sample" when sampling picked none of those."""
         if self.chosen == self.model_best:
             return "llm"
         if self.chosen == self.posterior_best:
