@@ -114,7 +114,9 @@ class EpisodeSession:
         self._set_to: dict[str, str] = {}
         self._changed_since_reward: set[str] = set()
         self._visited: set[str] = set()
-        self._opened_ways: set[str] = set()
+        self._place_here: str | None = None
+        self._moves_here: dict[str, str] = {}
+        self._opened_ways: dict[str, str] = {}
         self._map = PlaceMap()
         self._visit(self.observation)
 
@@ -258,7 +260,7 @@ class EpisodeSession:
         (`ways_out`) are not counted."""
         if self._places is None or not self._visited:
             return set()
-        moves = self._moves(self.observation)
+        moves = self._moves_here
         back = {a for a, place in moves.items() if place in self._visited}
         return back - self._map.ways_out(moves, self._visited) if back else back
 
@@ -268,44 +270,37 @@ class EpisodeSession:
         (`crl.agent.place_map`); empty otherwise, and without `TaskSpec.places` or `agent.frontier`."""
         if self._places is None or not self._visited:
             return set()
-        return self._map.ways_out(self._moves(self.observation), self._visited)
+        return self._map.ways_out(self._moves_here, self._visited)
 
     def listed_moves(self) -> set[str]:
         """The listed actions that lead to a place the observation names (`TaskSpec.places`); empty
         without it or `agent.frontier`."""
-        return set(self._moves(self.observation)) if self._places is not None else set()
+        return set(self._moves_here)
 
     def ahead(self) -> set[str]:
         """Listed moves the last action opened where the agent stands, to a place not visited since the
         last reward (opening a door lists the room behind it), with `agent.follow_through`: the policy
         goes through one of them before taking any other move."""
-        if not self._opened_ways:
-            return set()
-        moves = self._moves(self.observation)
-        return {a for a in self._opened_ways if a in moves and moves[a] not in self._visited}
-
-    def _note_opened_ways(self, after: Observation) -> None:
-        """Keep the moves that `after` names a place for and the observation before it did not (or named
-        another), when the action left the agent where it was."""
-        self._opened_ways = set()
-        if self._places is None or not self.config.follow_through:
-            return
-        here = self._places.here(self.observation.text)
-        if here is None or here != self._places.here(after.text):
-            return
-        before = self._moves(self.observation)
-        self._opened_ways = {a for a, place in self._moves(after).items() if before.get(a) != place}
+        return {a for a, place in self._opened_ways.items() if place not in self._visited}
 
     def _moves(self, observation: Observation) -> dict[str, str]:
         leads_to = self._places.leads_to
         return {a: place for a in observation.admissible_actions or [] if (place := leads_to(observation.text, a))}
 
     def _visit(self, observation: Observation) -> None:
-        if self._places is not None:
-            place = self._places.here(observation.text)
-            if place is not None:
-                self._visited.add(place)
-                self._map.record(place, self._moves(observation))
+        """Take in the place `observation` shows and where its listed moves lead (read once per
+        observation); with `agent.follow_through`, keep the moves it names a place for that the one
+        before did not (or named another), when the last action left the agent where it was."""
+        if self._places is None:
+            return
+        place = self._places.here(observation.text)
+        moves = self._moves(observation)
+        stayed = self.config.follow_through and place is not None and place == self._place_here
+        self._opened_ways = {a: p for a, p in moves.items() if self._moves_here.get(a) != p} if stayed else {}
+        self._place_here, self._moves_here = place, moves
+        if place is not None:
+            self._visited.add(place)
+            self._map.record(place, moves)
 
     def idle_actions(self) -> set[str]:
         """Actions listed at every step of this episode so far that changed nothing each time they
@@ -485,7 +480,6 @@ class EpisodeSession:
         if repeats:
             step.extra.repeat = repeats
         self.history.acted(action, obs.text, repeated=bool(repeats), call=call)
-        self._note_opened_ways(obs)
         self.observation = obs
         self.episode.total_return += float(step.reward)
         if step.reward > 0:
