@@ -234,10 +234,9 @@ class AgentSettings(BaseModel):
     )
     follow_through: bool = Field(
         True,
-        description="With the frontier, when an action taken where the agent stands opened a way (a door, on "
-        "TextWorldExpress) to a place not seen since the last reward, a move through it comes before any other "
-        "move the policy would take there, now or when the agent comes back: the room opened is explored before "
-        "the agent walks away, or as soon as it returns.",
+        description="With the frontier, when the last action opened a way on where the agent stands (a door, on "
+        "TextWorldExpress) to a place not seen yet, a move through it comes before any other move the policy "
+        "would take: the room just opened is explored before the agent walks away and has to come back.",
     )
     fuzzy_threshold: float = Field(
         0.75, ge=0, le=1, description="Similarity needed to map a reply onto an admissible action."

@@ -135,7 +135,7 @@ def posterior_table(posterior: dict) -> Table:
                 ("leads back to a place seen", action in posterior.get("revisits", [])),
                 ("the way to a place not seen", action in posterior.get("ways_out", [])),
                 ("undoes a change made since the reward", action in posterior.get("undoes", [])),
-                ("through a way opened here", action in posterior.get("ahead", [])),
+                ("through the way just opened", action in posterior.get("ahead", [])),
                 ("would undo a held reward", action in posterior.get("held", [])),
                 ("explored first", action in posterior.get("explored", [])),
             )

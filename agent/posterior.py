@@ -252,7 +252,7 @@ class PosteriorDecision:
     def decided_by(self) -> str:
         """Who chose: "llm" when the model's argmax was taken, "memory" when memory's change of argmax
         was, "exploration" when directed exploration offered the action (`explored`), "follow-through"
-        when the move through a way opened where the agent stands replaced another move (`followed`),
+        when the move through the way the last action opened replaced another move (`followed`),
         "sample" when sampling picked none of those."""
         if self.chosen == self.model_best:
             return "llm"
@@ -290,7 +290,7 @@ class PosteriorDecision:
         if self.chosen in self.ways_out:
             line += "; the shortest known way to a place not seen yet"
         if self.followed:
-            line += "; goes through a way opened here"
+            line += "; goes through the way the last action opened"
         if self.explored:
             line += f"; memory saw no listed use of what is held succeed, so first: {', '.join(self.explored)}"
         return line
@@ -398,7 +398,7 @@ def decide(
             (`EpisodeSession.ways_out`), left out of `avoid` for that reason; recorded.
         undoes: those of `avoid` that set back a thing changed since the last reward
             (`EpisodeSession.undoes`), so the record says why.
-        ahead: moves through a way opened where the agent stands (`EpisodeSession.ahead`): when the
+        ahead: moves through the way the last action opened (`EpisodeSession.ahead`): when the
             choice would be another of `moves`, it is made among these instead while any is open
             (recorded as `followed`).
         moves: the listed moves (`EpisodeSession.listed_moves`).

@@ -116,7 +116,7 @@ class EpisodeSession:
         self._visited: set[str] = set()
         self._place_here: str | None = None
         self._moves_here: dict[str, str] = {}
-        self._opened_ways: dict[str, dict[str, str]] = {}
+        self._opened_ways: dict[str, str] = {}
         self._map = PlaceMap()
         self._visit(self.observation)
 
@@ -278,13 +278,10 @@ class EpisodeSession:
         return set(self._moves_here)
 
     def ahead(self) -> set[str]:
-        """Listed moves that an action taken where the agent stands opened since the last reward (opening
-        a door lists the room behind it), still leading where they led then, to a place not visited
-        since, with `agent.follow_through`: the policy goes through one of them before taking any other
-        move. A way opened, left for another, is still ahead when the agent comes back."""
-        opened = self._opened_ways.get(self._place_here or "", {})
-        here = self._moves_here
-        return {a for a, place in opened.items() if here.get(a) == place and place not in self._visited}
+        """Listed moves the last action opened where the agent stands, to a place not visited since the
+        last reward (opening a door lists the room behind it), with `agent.follow_through`: the policy
+        goes through one of them before taking any other move."""
+        return {a for a, place in self._opened_ways.items() if place not in self._visited}
 
     def _moves(self, observation: Observation) -> dict[str, str]:
         leads_to = self._places.leads_to
@@ -292,16 +289,14 @@ class EpisodeSession:
 
     def _visit(self, observation: Observation) -> None:
         """Take in the place `observation` shows and where its listed moves lead (read once per
-        observation); with `agent.follow_through`, keep, for that place, the moves it names a place for
-        that the one before did not (or named another), when the last action left the agent there."""
+        observation); with `agent.follow_through`, keep the moves it names a place for that the one
+        before did not (or named another), when the last action left the agent where it was."""
         if self._places is None:
             return
         place = self._places.here(observation.text)
         moves = self._moves(observation)
-        if self.config.follow_through and place is not None and place == self._place_here:
-            opened = {a: p for a, p in moves.items() if self._moves_here.get(a) != p}
-            if opened:
-                self._opened_ways.setdefault(place, {}).update(opened)
+        stayed = self.config.follow_through and place is not None and place == self._place_here
+        self._opened_ways = {a: p for a, p in moves.items() if self._moves_here.get(a) != p} if stayed else {}
         self._place_here, self._moves_here = place, moves
         if place is not None:
             self._visited.add(place)
@@ -491,7 +486,6 @@ class EpisodeSession:
             self._earned[action] = self.episode.total_return
             self._visited.clear()  # progress: what the task needs next may be in a room already seen
             self._changed_since_reward.clear()
-            self._opened_ways.clear()
         self._visit(obs)
         subgoals = info.get("subgoals")
         if isinstance(subgoals, dict):
