@@ -236,6 +236,8 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     )
     collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
     config = FinetuneConfig(epochs=args.epochs, max_length=args.max_length, memory_prompts=args.memory_prompts)
+    if args.dpo_learning_rate is not None:
+        config = config.model_copy(update={"dpo_learning_rate": args.dpo_learning_rate})
     tokenizer = load_tokenizer(base)
     registry = AdapterRegistry.of(home)
     log = StageLog(Path(args.workdir) / "expert-iteration.jsonl")
@@ -372,7 +374,8 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         except ValueError as exc:
             log.skip(f"{name} dataset", error=str(exc))
             return None
-        adapter_id = log.run(f"{name} train", fit, parent=parent, **data)["adapter"]
+        lr = {"learning_rate": args.dpo_learning_rate} if kind == "dpo" and args.dpo_learning_rate is not None else {}
+        adapter_id = log.run(f"{name} train", fit, parent=parent, **data, **lr)["adapter"]
         evaluate(name, adapter_id, memory=False)
         evaluate(name, adapter_id, memory=True, aligned=align(name, adapter_id, round_no))
 
@@ -465,6 +468,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--dpo-steps", type=int, default=10, help="optimizer steps of the DPO round on top (CPU time; 0: none)"
+    )
+    ap.add_argument(
+        "--dpo-learning-rate",
+        type=float,
+        help="peak learning rate of the DPO round (default: finetune.dpo_learning_rate, 2e-5); recorded with its stage",
     )
     ap.add_argument(
         "--memory-prompts",
