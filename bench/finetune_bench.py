@@ -285,10 +285,12 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
                         if model is None:
                             model = LocalChatModel(base, adapter=folder_of(adapter_id), dtype="bf16")
                         t = time.perf_counter()
-                        s = start_run(
+                        result = start_run(
                             settings if n == 0 else sampling, task, args.collect, seed_start=seed_start, model=model
-                        ).summary
+                        )
+                        s = result.summary
                         return {
+                            "run_id": result.info.run_id,
                             "success": s.success_rate,
                             "successes": s.successes,
                             "episodes": s.finished,
@@ -322,10 +324,10 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
 
             t = time.perf_counter()
             folder = folder_of(adapter_id)
-            s = play_with_adapter(
-                settings, args.task, args.align, folder, base=str(base), seed_start=seed_start
-            ).summary
+            result = play_with_adapter(settings, args.task, args.align, folder, base=str(base), seed_start=seed_start)
+            s = result.summary
             return {
+                "run_id": result.info.run_id,
                 "successes": s.successes,
                 "episodes": s.finished,
                 "env_steps": s.steps,
