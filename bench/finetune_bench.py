@@ -236,7 +236,8 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
     )
     collect_tasks = [t.strip() for t in (args.collect_tasks or args.task).split(",") if t.strip()]
     config = FinetuneConfig(epochs=args.epochs, max_length=args.max_length, memory_prompts=args.memory_prompts)
-    if args.dpo_learning_rate is not None:
+    dpo_lr = {} if args.dpo_learning_rate is None else {"learning_rate": args.dpo_learning_rate}
+    if dpo_lr:
         config = config.model_copy(update={"dpo_learning_rate": args.dpo_learning_rate})
     tokenizer = load_tokenizer(base)
     registry = AdapterRegistry.of(home)
@@ -376,7 +377,7 @@ def expert_iteration(args, models_dir: Path) -> list[dict]:
         except ValueError as exc:
             log.skip(f"{name} dataset", error=str(exc))
             return None
-        lr = {"learning_rate": args.dpo_learning_rate} if kind == "dpo" and args.dpo_learning_rate is not None else {}
+        lr = dpo_lr if kind == "dpo" else {}
         adapter_id = log.run(f"{name} train", fit, parent=parent, **data, **lr)["adapter"]
         evaluate(name, adapter_id, memory=False)
         evaluate(name, adapter_id, memory=True, aligned=align(name, adapter_id, round_no))
