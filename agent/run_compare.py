@@ -7,10 +7,16 @@ seeds only one of them won. A seed a run played more than once (retries) counts 
 finished episode; episodes that ended in an environment error count for neither side. Several runs
 of one setting (repeats, each with its own bank or adapter) pool under one label: the i-th run of
 one label pairs with the i-th of another, seed by seed.
+
+Seeds can repeat games (`crl.tasks.game_identity`: twc with one room has 78 distinct games among
+96 dev seeds). Where the runs logged which game each seed started, every pair is also tested on
+distinct games: each game counts once, by the outcome of its lowest paired seed, so six seeds of
+one game are one trial, not six.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
@@ -34,6 +40,7 @@ class RunOutcomes:
         run_ids / task / model / kind: from the runs' `run.json` (the models of pooled runs joined).
         outcomes: (repeat, seed) -> whether its first finished episode on that seed succeeded.
         points: (repeat, seed) -> sub-goals that episode reached (score points on TextWorldExpress).
+        games: (repeat, seed) -> the game that seed started, where the episode logged it.
         errored: episodes that ended in an environment error (left out).
         unfinished: episodes still running, or cut by a crash (left out).
     """
@@ -45,6 +52,7 @@ class RunOutcomes:
     kind: str
     outcomes: dict[Key, bool] = field(default_factory=dict)
     points: dict[Key, int] = field(default_factory=dict)
+    games: dict[Key, str] = field(default_factory=dict)
     errored: int = 0
     unfinished: int = 0
 
@@ -57,7 +65,7 @@ class RunOutcomes:
         the outcome per seed (`"seed"`, or `"repeat:seed"` for pooled runs)."""
         n = len(self.outcomes)
         lo, hi = wilson_interval(self.successes, n) if n else (0.0, 0.0)
-        row = {k: v for k, v in asdict(self).items() if k not in ("outcomes", "points")}
+        row = {k: v for k, v in asdict(self).items() if k not in ("outcomes", "points", "games")}
         pooled = len(self.run_ids) > 1
         return row | {
             "run_id": ", ".join(self.run_ids),
@@ -66,6 +74,7 @@ class RunOutcomes:
             "success_rate": self.successes / n if n else 0.0,
             "ci95": [lo, hi],
             "mean_points": sum(self.points.values()) / n if n else 0.0,
+            "games": len(distinct_games(sorted(self.outcomes), self.games)),
             "outcomes": {
                 (f"{repeat}:{seed}" if pooled else str(seed)): won
                 for (repeat, seed), won in sorted(self.outcomes.items())
@@ -84,6 +93,8 @@ def run_outcomes(label: str, run_id: str, task: str, model: str, kind: str, epis
         elif (0, episode.seed) not in run.outcomes:
             run.outcomes[(0, episode.seed)] = bool(episode.success)
             run.points[(0, episode.seed)] = sum(1 for reached in episode.subgoals.values() if reached)
+            if episode.game:
+                run.games[(0, episode.seed)] = episode.game
     return run
 
 
@@ -104,31 +115,62 @@ def pooled(label: str, runs: list[RunOutcomes]) -> RunOutcomes:
     for repeat, run in enumerate(runs):
         out.outcomes |= {(repeat, seed): won for (_, seed), won in run.outcomes.items()}
         out.points |= {(repeat, seed): n for (_, seed), n in run.points.items()}
+        out.games |= {(repeat, seed): g for (_, seed), g in run.games.items()}
         out.errored += run.errored
         out.unfinished += run.unfinished
     return out
 
 
-def pair(a: RunOutcomes, b: RunOutcomes) -> dict[str, Any]:
-    """`a` against `b` on the (repeat, seed) pairs both finished: each one's wins there, the seeds
-    only one won, the difference in success rate, and exact McNemar p-values (two-sided, and "a is
-    better")."""
-    seeds = sorted(set(a.outcomes) & set(b.outcomes))
-    xa = [a.outcomes[s] for s in seeds]
-    xb = [b.outcomes[s] for s in seeds]
+def distinct_games(keys: list[Key], *games: dict[Key, str]) -> list[Key]:
+    """The first (lowest) of `keys` for each distinct (repeat, game): a key no map names a game for
+    is a game of its own. `keys` must be sorted."""
+    first: dict[tuple[int, str], Key] = {}
+    for key in keys:
+        game = next((g[key] for g in games if key in g), None)
+        first.setdefault((key[0], game) if game else (key[0], f"seed:{key[1]}"), key)
+    return sorted(first.values())
+
+
+def _paired(a: RunOutcomes, b: RunOutcomes, keys: list[Key]) -> dict[str, Any]:
+    xa = [a.outcomes[k] for k in keys]
+    xb = [b.outcomes[k] for k in keys]
     a_only, b_only = discordant(xa, xb)
     return {
-        "a": a.label,
-        "b": b.label,
-        "seeds": len(seeds),
         "a_successes": sum(xa),
         "b_successes": sum(xb),
         "a_only": a_only,
         "b_only": b_only,
-        "difference": (sum(xa) - sum(xb)) / len(seeds) if seeds else None,
-        "p_two_sided": mcnemar_p(xa, xb) if seeds else None,
-        "p_a_better": mcnemar_p(xa, xb, "greater") if seeds else None,
+        "difference": (sum(xa) - sum(xb)) / len(keys) if keys else None,
+        "p_two_sided": mcnemar_p(xa, xb) if keys else None,
+        "p_a_better": mcnemar_p(xa, xb, "greater") if keys else None,
     }
+
+
+def pair(a: RunOutcomes, b: RunOutcomes) -> dict[str, Any]:
+    """`a` against `b` on the (repeat, seed) pairs both finished: each one's wins there, the seeds
+    only one won, the difference in success rate, and exact McNemar p-values (two-sided, and "a is
+    better"); then the same on distinct games (`distinct_games`, keys prefixed `games_`), which
+    equal the seed figures when no two paired seeds started the same game."""
+    seeds = sorted(set(a.outcomes) & set(b.outcomes))
+    games = distinct_games(seeds, a.games, b.games)
+    by_game = {f"games_{k}": v for k, v in _paired(a, b, games).items()}
+    return {"a": a.label, "b": b.label, "seeds": len(seeds)} | _paired(a, b, seeds) | {"games": len(games)} | by_game
+
+
+def fill_games(runs: list[RunOutcomes], identify: Callable[[int], str | None]) -> int:
+    """Give every seed whose episode logged no game the game `identify(seed)` names (runs logged
+    before episodes recorded their game); returns how many seeds were filled. Seeds shared by
+    several runs are identified once."""
+    known: dict[int, str | None] = {}
+    filled = 0
+    for run in runs:
+        for key in sorted(set(run.outcomes) - set(run.games)):
+            if key[1] not in known:
+                known[key[1]] = identify(key[1])
+            if known[key[1]]:
+                run.games[key] = known[key[1]]
+                filled += 1
+    return filled
 
 
 def check_same_task(runs: list[RunOutcomes]) -> None:

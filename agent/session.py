@@ -18,6 +18,7 @@ from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, P
 from crl.prompts.budget import BudgetItem, TokenCount
 from crl.prompts.state import PromptHistory
 from crl.tasks.base import Observation, TextEnv
+from crl.tasks.game_identity import game_identity
 from crl.tasks.places import places_of
 from crl.tasks.situations import (
     declared_idle_actions,
@@ -91,6 +92,7 @@ class EpisodeSession:
         self.plan = None
         try:
             self.observation: Observation = env.reset(episode.seed)
+            self.episode.game = game_identity(env)
         except Exception as exc:  # an engine that cannot start ends this episode, not the run
             self.observation = Observation(text="", goal="")
             self._finish("error", f"environment error on reset: {exc!r}")

@@ -318,7 +318,8 @@ class Episode:
     `status` is "running" until the episode ends, then "done" (the environment said so),
     "truncated" (a guard stopped it: max steps, token budget, wall clock) or "error".
     `provenance` is set on synthetic episodes only (`crl.memory.synthesis`): how they were made
-    and from which episodes.
+    and from which episodes. `game` names the game the seed started where the environment can
+    tell (`crl.tasks.game_identity`): equal for seeds that start the same game.
     """
 
     episode_id: str
@@ -330,6 +331,7 @@ class Episode:
     adapter: str | None = None
     source: str = "real"
     provenance: dict[str, Any] | None = None
+    game: str | None = None
     steps: list[Step] = field(default_factory=list)
     status: str = "running"
     success: bool = False
@@ -357,17 +359,21 @@ class Episode:
 
     def header(self) -> dict[str, Any]:
         """The fields that describe the episode without its steps or outcome."""
-        return {
-            "episode_id": self.episode_id,
-            "run_id": self.run_id,
-            "task": self.task,
-            "seed": self.seed,
-            "goal": self.goal,
-            "model": self.model,
-            "adapter": self.adapter,
-            "source": self.source,
-            "started_at": self.started_at,
-        } | ({"provenance": self.provenance} if self.provenance is not None else {})
+        return (
+            {
+                "episode_id": self.episode_id,
+                "run_id": self.run_id,
+                "task": self.task,
+                "seed": self.seed,
+                "goal": self.goal,
+                "model": self.model,
+                "adapter": self.adapter,
+                "source": self.source,
+                "started_at": self.started_at,
+            }
+            | ({"provenance": self.provenance} if self.provenance is not None else {})
+            | ({"game": self.game} if self.game is not None else {})
+        )
 
     def outcome(self) -> dict[str, Any]:
         """The fields written when the episode ends."""

@@ -55,6 +55,8 @@ class TextEnv(Protocol):
     # Optional: `valid_actions() -> list[str]` for tasks whose observations do not list their
     # admissible actions (too many to show, ScienceWorld) but can enumerate them; the random
     # baseline (`--policy random`) draws from it.
+    # Optional: `game_id() -> str | None` after `reset`, equal for seeds that start the same game
+    # (`crl.tasks.game_identity`); `crl compare` then counts each distinct game once.
 
     def reset(self, seed: int) -> Observation: ...
 

@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any
 
 from crl.tasks.base import Observation, StepOutcome, TaskSpec
+from crl.tasks.game_identity import digest
 from crl.tasks.keyroom_world import (
     DIRECTIONS,
     INVENTORY,
@@ -176,6 +177,13 @@ class KeyroomEnv:
             feedback += " You have completed the task!"
         info = self._info(invalid=False, action=chosen)
         return StepOutcome(self._observe(feedback), 1.0 if self.done else 0.0, self.done, info)
+
+    def game_id(self) -> str:
+        """The game the last `reset` started: the variant and the whole world (rooms, doors, objects;
+        not the seed it came from)."""
+        if self.world is None:
+            raise RuntimeError("call reset(seed) before game_id()")
+        return digest(self.name, repr(replace(self.world, seed=0)))
 
     def close(self) -> None:
         """Nothing to release."""

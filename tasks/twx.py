@@ -45,6 +45,7 @@ from functools import partial
 from typing import Any
 
 from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskSpec
+from crl.tasks.game_identity import digest
 from crl.tasks.java_engine import EngineError, JavaEngine, import_suite, invalid_feedback, match_action, shutdown_java
 from crl.tasks.places import Places
 from crl.tasks.situations import last_paragraph
@@ -145,6 +146,7 @@ class TwxEnv:
         self.done = True
         self._info: dict[str, Any] = {}
         self._gold: list[str] = []
+        self._first_text = ""
         self._max_raw: int | None = None
         self._best_raw = 0.0
 
@@ -168,6 +170,7 @@ class TwxEnv:
             self._gold = list(raw.getGoldActionSequence())
             self._max_raw = _max_raw_score(raw)
         self.seed, self.done, self._info, self._best_raw = seed, False, info, 0.0
+        self._first_text = obs
         return self._observe(obs)
 
     def step(self, action: str) -> StepOutcome:
@@ -195,6 +198,13 @@ class TwxEnv:
         if self.seed is None:
             raise RuntimeError("call reset(seed) before gold_actions()")
         return list(self._gold)
+
+    def game_id(self) -> str:
+        """The game the last `reset` started: its first observation and its walkthrough (seeds that
+        start the same game share it; the first room alone can be shared by different dungeons)."""
+        if self.seed is None:
+            raise RuntimeError("call reset(seed) before game_id()")
+        return digest(self.name, self.params, self._first_text, self._gold)
 
     def close(self) -> None:
         """Shut the Java engine down; a later `reset` starts a new one."""

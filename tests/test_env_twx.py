@@ -245,3 +245,20 @@ def test_a_missing_suite_names_the_pip_command(monkeypatch):
     assert get_task("twx/coin").max_steps  # listing tasks never imports a suite
     with pytest.raises(SuiteNotInstalled, match=r"pip install 'complementary-rl\[envs\]'.*textworld-express"):
         make_env("twx/coin")
+
+
+def test_seeds_that_start_the_same_game_share_its_game_id():
+    env = make_env("twx/twc?numLocations=1&numItemsToPutAway=2")
+    try:
+        ids = {}
+        for seed in (10011, 10015, 10000):
+            first = env.reset(seed).text
+            ids[seed] = (env.game_id(), first, env.gold_actions())
+        # dev seeds 10011 and 10015 start one game (the living room with a pen and a used plastic cup)
+        assert ids[10011] == ids[10015]
+        assert ids[10000][0] != ids[10011][0]
+        assert len(ids[10011][0]) == 16
+    finally:
+        env.close()
+    with pytest.raises(RuntimeError, match="reset"):
+        make_env(EASY_COIN).game_id()

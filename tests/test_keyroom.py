@@ -6,6 +6,7 @@ import copy
 import pickle
 import random
 from collections import deque
+from dataclasses import replace
 
 import pytest
 
@@ -269,3 +270,21 @@ def test_env_pickles_mid_episode():
     for action in plan[1:]:
         outcome = clone.step(action)
     assert outcome.done and outcome.reward == 1.0
+
+
+def test_game_id_names_the_world_not_the_seed():
+    a, b = KeyroomEnv("compound"), KeyroomEnv("compound")
+    a.reset(5)
+    b.reset(5)
+    assert a.game_id() == b.game_id()
+    b.reset(6)
+    assert a.game_id() != b.game_id()
+    a.reset(7)
+    seven = a.game_id()
+    a.world = replace(a.world, seed=8)
+    assert a.game_id() == seven
+    door = KeyroomEnv("door")
+    door.reset(7)
+    assert door.game_id() != seven
+    with pytest.raises(RuntimeError, match="reset"):
+        KeyroomEnv("key").game_id()

@@ -39,6 +39,9 @@ def test_solver_script_wins_every_episode_and_logs_every_step(crl_home):
     ]
     kinds = [ev["event"] for ev in events]
     assert kinds.count("start") == n and kinds.count("end") == n
+    starts = [ev for ev in events if ev["event"] == "start"]
+    assert len({ev["game"] for ev in starts}) == n  # the game each seed started (`crl compare` counts games)
+    assert [e.game for e in RunStore(crl_home / "runs").episodes(result.info.run_id)] == [ev["game"] for ev in starts]
     assert kinds.count("step") == sum(len(solve(s, "key")) for s in seeds)
     first = result.episodes[0].steps[0]
     assert first.thought == "I know the way." and first.valid and first.decided_by == "llm"

@@ -7,7 +7,7 @@ import time
 import typer
 from rich.text import Text
 
-from crl.agent.cli.common import Col, JsonOpt, command, effective_settings, emit, fitted_table, out
+from crl.agent.cli.common import Col, JsonOpt, command, effective_settings, emit, err, fitted_table, out
 
 app = typer.Typer()
 
@@ -164,6 +164,34 @@ def load_compared_run(ref: str):
     return pooled(label or ",".join(r.run_ids[0] for r in runs), runs)
 
 
+def identify_games(runs) -> None:
+    """Fill in the game of every seed the runs' episodes did not log one for, by resetting the
+    task's environment on it (`crl.tasks.game_identity`); says so when the task cannot tell."""
+    from rich.progress import Progress
+
+    from crl.agent.run_compare import check_same_task, fill_games
+    from crl.tasks.game_identity import game_identity
+    from crl.tasks.registry import make_env
+
+    check_same_task(runs)
+    missing = {k[1] for r in runs for k in set(r.outcomes) - set(r.games)}
+    env = make_env(runs[0].task)
+    try:
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task("identifying games", total=len(missing))
+
+            def identify(seed: int) -> str | None:
+                env.reset(seed)
+                bar.advance(task)
+                return game_identity(env)
+
+            filled = fill_games(runs, identify)
+    finally:
+        env.close()
+    if missing and not filled:
+        err.print(f"[yellow]{runs[0].task} cannot say which game a seed starts: every seed counts as its own game[/]")
+
+
 def _compared_run(target: str):
     from pathlib import Path
 
@@ -207,6 +235,15 @@ PAIR_COLUMNS = [
     Col("p_two_sided", "McNemar p", right=True, fmt=_p),
     Col("p_a_better", "p (a better)", right=True, drop=1, fmt=_p),
 ]
+GAME_PAIR_COLUMNS = [
+    Col("a"),
+    Col("b"),
+    Col("games", "paired games", right=True),
+    Col("games_a_only", "only a won", right=True),
+    Col("games_b_only", "only b won", right=True),
+    Col("games_p_two_sided", "McNemar p", right=True, fmt=_p),
+    Col("games_p_a_better", "p (a better)", right=True, drop=1, fmt=_p),
+]
 
 
 @command(app)
@@ -217,14 +254,24 @@ def compare(
         "LABEL=RUN,RUN,... pools a setting's repeats (paired in order with another label's).",
     ),
     all_pairs: bool = typer.Option(False, "--all-pairs", help="Test every pair, not only each run against the first."),
+    games: bool = typer.Option(
+        False,
+        "--games",
+        help="Learn which seeds start the same game by starting the task's environment on each seed "
+        "(for runs logged before episodes recorded their game).",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Runs played on the same seeds, seed by seed: success with a 95% interval, and paired McNemar tests."""
+    """Runs played on the same seeds, seed by seed: success with a 95% interval, and paired McNemar tests
+    (also on distinct games, where seeds repeat a game)."""
     from rich.console import Group
 
     from crl.agent.run_compare import compare_runs
 
-    result = compare_runs([load_compared_run(ref) for ref in runs], all_pairs=all_pairs)
+    loaded = [load_compared_run(ref) for ref in runs]
+    if games:
+        identify_games(loaded)
+    result = compare_runs(loaded, all_pairs=all_pairs)
 
     def render():
         rows = [r | {"success": _rate(r)} for r in result["runs"]]
@@ -234,11 +281,20 @@ def compare(
             if r["errored"] or r["unfinished"]
         ]
         unpaired = [f"{p['a']} and {p['b']} share no seed" for p in result["pairs"] if not p["seeds"]]
-        runs_table = fitted_table(
-            rows, COMPARED_RUN_COLUMNS, out.width, f"{result['task']}: runs", "; ".join(left_out) or None
-        )
+        columns = COMPARED_RUN_COLUMNS
+        if any(r["games"] < r["seeds"] for r in rows):
+            columns = [*columns[:2], Col("games", "distinct games", right=True, drop=2), *columns[2:]]
+        runs_table = fitted_table(rows, columns, out.width, f"{result['task']}: runs", "; ".join(left_out) or None)
         pairs_title = "paired on the seeds both finished"
         pairs = fitted_table(result["pairs"], PAIR_COLUMNS, out.width, pairs_title, "; ".join(unpaired) or None)
-        return Group(runs_table, pairs)
+        repeated = [p for p in result["pairs"] if p["games"] < p["seeds"]]
+        if not repeated:
+            return Group(runs_table, pairs)
+        note = (
+            f"{repeated[0]['seeds'] - repeated[0]['games']} of {repeated[0]['a']} and {repeated[0]['b']}'s paired "
+            "seeds start a game a lower seed already started; each game counts once here (its lowest seed)"
+        )
+        games = fitted_table(result["pairs"], GAME_PAIR_COLUMNS, out.width, "paired on distinct games", note)
+        return Group(runs_table, pairs, games)
 
     emit(result, as_json, render)
