@@ -226,24 +226,19 @@ COMPARED_RUN_COLUMNS = [
     Col("model", drop=3),
     Col("run_id", "run", drop=1),
 ]
-PAIR_COLUMNS = [
-    Col("a"),
-    Col("b"),
-    Col("seeds", "paired seeds", right=True),
-    Col("a_only", "only a won", right=True),
-    Col("b_only", "only b won", right=True),
-    Col("p_two_sided", "McNemar p", right=True, fmt=_p),
-    Col("p_a_better", "p (a better)", right=True, drop=1, fmt=_p),
-]
-GAME_PAIR_COLUMNS = [
-    Col("a"),
-    Col("b"),
-    Col("games", "paired games", right=True),
-    Col("games_a_only", "only a won", right=True),
-    Col("games_b_only", "only b won", right=True),
-    Col("games_p_two_sided", "McNemar p", right=True, fmt=_p),
-    Col("games_p_a_better", "p (a better)", right=True, drop=1, fmt=_p),
-]
+
+
+def pair_columns(prefix: str = "", counted: str = "seeds") -> list[Col]:
+    """The paired table's columns: on seeds, or with prefix "games_" on distinct games."""
+    return [
+        Col("a"),
+        Col("b"),
+        Col(counted, f"paired {counted}", right=True),
+        Col(f"{prefix}a_only", "only a won", right=True),
+        Col(f"{prefix}b_only", "only b won", right=True),
+        Col(f"{prefix}p_two_sided", "McNemar p", right=True, fmt=_p),
+        Col(f"{prefix}p_a_better", "p (a better)", right=True, drop=1, fmt=_p),
+    ]
 
 
 @command(app)
@@ -286,7 +281,7 @@ def compare(
             columns = [*columns[:2], Col("games", "distinct games", right=True, drop=2), *columns[2:]]
         runs_table = fitted_table(rows, columns, out.width, f"{result['task']}: runs", "; ".join(left_out) or None)
         pairs_title = "paired on the seeds both finished"
-        pairs = fitted_table(result["pairs"], PAIR_COLUMNS, out.width, pairs_title, "; ".join(unpaired) or None)
+        pairs = fitted_table(result["pairs"], pair_columns(), out.width, pairs_title, "; ".join(unpaired) or None)
         repeated = [p for p in result["pairs"] if p["games"] < p["seeds"]]
         if not repeated:
             return Group(runs_table, pairs)
@@ -294,7 +289,9 @@ def compare(
             f"{repeated[0]['seeds'] - repeated[0]['games']} of {repeated[0]['a']} and {repeated[0]['b']}'s paired "
             "seeds start a game a lower seed already started; each game counts once here (its lowest seed)"
         )
-        games = fitted_table(result["pairs"], GAME_PAIR_COLUMNS, out.width, "paired on distinct games", note)
+        games = fitted_table(
+            result["pairs"], pair_columns("games_", "games"), out.width, "paired on distinct games", note
+        )
         return Group(runs_table, pairs, games)
 
     emit(result, as_json, render)
