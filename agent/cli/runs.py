@@ -181,8 +181,11 @@ def identify_games(runs) -> None:
             task = bar.add_task("identifying games", total=len(missing))
 
             def identify(seed: int) -> str | None:
-                env.reset(seed)
                 bar.advance(task)
+                try:
+                    env.reset(seed)
+                except Exception:  # a seed whose game will not start counts as a game of its own
+                    return None
                 return game_identity(env)
 
             filled = fill_games(runs, identify)
