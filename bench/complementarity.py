@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from crl.agent.run_compare import distinct_games
 from crl.tasks.evaluation import discordant, mcnemar_p, wilson_interval
 
 TARGET_MARGIN = 0.05
@@ -59,18 +60,16 @@ def paired(a: dict[str, Any], b: dict[str, Any], games: dict[str, str] | None = 
     seeds = sorted(set(a["outcomes"]) & set(b["outcomes"]), key=int)
     out = {"seeds": len(seeds)} | _tests(a, b, seeds)
     if games is not None:
-        first: dict[str, str] = {}
-        for seed in seeds:
-            first.setdefault(games.get(seed) or f"seed:{seed}", seed)
-        distinct = sorted(first.values(), key=int)
+        keys = distinct_games([(0, int(s)) for s in seeds], {(0, int(s)): g for s, g in games.items()})
+        distinct = [str(seed) for _, seed in keys]
         out |= {"games": len(distinct)} | {f"games_{k}": v for k, v in _tests(a, b, distinct).items()}
     return out
 
 
 def identify_games(rows: dict[str, dict[str, Any]]) -> dict[str, str]:
     """seed -> game for every seed the rows played, by resetting the task's environment on it (a seed
-    whose environment cannot say is left out, and counts as its own game)."""
-    from crl.tasks.game_identity import game_identity
+    whose game will not start or whose environment cannot say is left out, and counts as its own game)."""
+    from crl.tasks.game_identity import game_at
     from crl.tasks.registry import make_env
 
     tasks = {row["task"] for row in rows.values() if row.get("task")}
@@ -80,8 +79,7 @@ def identify_games(rows: dict[str, dict[str, Any]]) -> dict[str, str]:
     games = {}
     try:
         for seed in sorted({s for row in rows.values() for s in row["outcomes"]}, key=int):
-            env.reset(int(seed))
-            game = game_identity(env)
+            game = game_at(env, int(seed))
             if game:
                 games[seed] = game
     finally:

@@ -33,3 +33,13 @@ def game_identity(env: Any) -> str | None:
     except Exception:  # an identity is a nicety: never let it end an episode
         return None
     return game if isinstance(game, str) and game else None
+
+
+def game_at(env: Any, seed: int) -> str | None:
+    """Reset `env` on `seed` and name the game it started; None when the game will not start or the
+    environment cannot say (the seed then counts as a game of its own)."""
+    try:
+        env.reset(seed)
+    except Exception:  # a seed whose game will not start is still a seed to compare
+        return None
+    return game_identity(env)

@@ -170,7 +170,7 @@ def identify_games(runs) -> None:
     from rich.progress import Progress
 
     from crl.agent.run_compare import check_same_task, fill_games
-    from crl.tasks.game_identity import game_identity
+    from crl.tasks.game_identity import game_at
     from crl.tasks.registry import make_env
 
     check_same_task(runs)
@@ -182,11 +182,7 @@ def identify_games(runs) -> None:
 
             def identify(seed: int) -> str | None:
                 bar.advance(task)
-                try:
-                    env.reset(seed)
-                except Exception:  # a seed whose game will not start counts as a game of its own
-                    return None
-                return game_identity(env)
+                return game_at(env, seed)
 
             filled = fill_games(runs, identify)
     finally:
