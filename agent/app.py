@@ -132,6 +132,7 @@ def loop_config(settings: Settings, task: str, model: ChatModel | None = None) -
         idle_actions=a.idle_actions,
         frontier=a.frontier,
         undos=a.undos,
+        punished=a.punished,
         follow_through=a.follow_through,
         log_prompts=a.log_prompts,
         react=uses_react(settings),

@@ -232,6 +232,13 @@ class AgentSettings(BaseModel):
         "episode already set it to (opening the door it opened) and setting back one it changed since the last "
         "reward (closing that door, from either side).",
     )
+    punished: bool = Field(
+        True,
+        description="With the loop breaker, pass over for the rest of the episode, while another choice remains, an "
+        "action that lost points when it was taken earlier in the episode (twc's put in the wrong place), wherever "
+        "the agent now stands: a deterministic game takes the points again. Not on an episode where most steps so "
+        "far lost points (a task with a cost on every step).",
+    )
     follow_through: bool = Field(
         True,
         description="With the frontier, when the last action opened a way on where the agent stands (a door, on "

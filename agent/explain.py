@@ -130,11 +130,13 @@ def posterior_table(posterior: dict) -> Table:
                     action in posterior.get("avoided", [])
                     and action not in posterior.get("held", [])
                     and action not in posterior.get("revisits", [])
-                    and action not in posterior.get("undoes", []),
+                    and action not in posterior.get("undoes", [])
+                    and action not in posterior.get("punished", []),
                 ),
                 ("leads back to a place seen", action in posterior.get("revisits", [])),
                 ("the way to a place not seen", action in posterior.get("ways_out", [])),
-                ("undoes a change made since the reward", action in posterior.get("undoes", [])),
+                ("undoes a change this episode made", action in posterior.get("undoes", [])),
+                ("lost points earlier this episode", action in posterior.get("punished", [])),
                 ("through the way just opened", action in posterior.get("ahead", [])),
                 ("would undo a held reward", action in posterior.get("held", [])),
                 ("explored first", action in posterior.get("explored", [])),

@@ -242,6 +242,7 @@ class PosteriorDecision:
     undoes: list[str] = field(default_factory=list)
     ahead: list[str] = field(default_factory=list)
     followed: bool = False
+    punished: list[str] = field(default_factory=list)
 
     @property
     def memory_changed_argmax(self) -> bool:
@@ -275,7 +276,8 @@ class PosteriorDecision:
         line += ")"
         if self.memory_changed_argmax:
             line += f"; memory overrode the model's {self.model_best!r}"
-        tried = [a for a in self.avoided if a not in self.held and a not in self.revisits and a not in self.undoes]
+        named = {*self.held, *self.revisits, *self.undoes, *self.punished}
+        tried = [a for a in self.avoided if a not in named]
         if tried:
             line += f"; already tried here: {', '.join(tried)}"
         held = [a for a in self.avoided if a in self.held]
@@ -286,7 +288,10 @@ class PosteriorDecision:
             line += f"; leads back to a place seen since the last reward: {', '.join(back)}"
         undone = [a for a in self.avoided if a in self.undoes and a not in self.held and a not in self.revisits]
         if undone:
-            line += f"; would undo a change made since the last reward: {', '.join(undone)}"
+            line += f"; would undo a change this episode made: {', '.join(undone)}"
+        lost = [a for a in self.avoided if a in self.punished and a not in {*self.held, *self.revisits, *self.undoes}]
+        if lost:
+            line += f"; lost points when taken earlier in this episode: {', '.join(lost)}"
         if self.chosen in self.ways_out:
             line += "; the shortest known way to a place not seen yet"
         if self.followed:
@@ -317,6 +322,7 @@ class PosteriorDecision:
             **({"revisits": list(self.revisits)} if self.revisits else {}),
             **({"ways_out": list(self.ways_out)} if self.ways_out else {}),
             **({"undoes": list(self.undoes)} if self.undoes else {}),
+            **({"punished": list(self.punished)} if self.punished else {}),
             **({"ahead": list(self.ahead)} if self.ahead else {}),
             **({"followed_through": True} if self.followed else {}),
             **({"explore_enabling": True} if self.config.explore_enabling else {}),
@@ -373,6 +379,7 @@ def decide(
     undoes: Collection[str] = (),
     ahead: Collection[str] = (),
     moves: Collection[str] = (),
+    punished: Collection[str] = (),
 ) -> PosteriorDecision:
     """Choose an action from the posterior over the scored candidates.
 
@@ -402,6 +409,8 @@ def decide(
             choice would be another of `moves`, it is made among these instead while any is open
             (recorded as `followed`).
         moves: the listed moves (`EpisodeSession.listed_moves`).
+        punished: those of `avoid` that lost points when taken earlier in the episode
+            (`EpisodeSession.punished`), so the record says why.
 
     Returns:
         The `PosteriorDecision`, with the chosen action and everything behind it.
@@ -437,6 +446,7 @@ def decide(
     way_out = [a for a in actions if a in ways_out]
     undone = [a for a in avoided if a in undoes]
     opened = [actions[i] for i in through]
+    lost = [a for a in avoided if a in punished]
     return PosteriorDecision(
         actions,
         probs,
@@ -456,6 +466,7 @@ def decide(
         undone,
         opened,
         followed,
+        lost,
     )
 
 

@@ -487,6 +487,7 @@ class Runner:
         revisits = session.revisits()
         ways_out = session.ways_out()
         undoes = session.undoes()
+        punished = session.punished()
         ahead = session.ahead()
         moves = session.listed_moves() if ahead else set()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
@@ -507,6 +508,7 @@ class Runner:
                 undoes=undoes,
                 ahead=ahead,
                 moves=moves,
+                punished=punished,
             )
             if advisor is not None and decision.chosen in advantages:
                 session.used_memory.extend(

@@ -27,7 +27,7 @@ from crl.tasks.situations import (
     repeat_undoes_reward,
     situation_of,
 )
-from crl.tasks.toggles import declared_toggles
+from crl.tasks.toggles import declared_toggles, undo_never_rewarded
 
 if TYPE_CHECKING:
     from crl.agent.tools.toolbox import Toolbox
@@ -53,6 +53,7 @@ class LoopConfig:
     idle_actions: bool = True
     frontier: bool = True
     undos: bool = True
+    punished: bool = True
     follow_through: bool = True
     log_prompts: str = "memory"
     react: bool = True
@@ -113,6 +114,9 @@ class EpisodeSession:
         self._declared_no_ops = declared_no_ops(episode.task) if config.idle_actions else None
         self._places = places_of(episode.task) if config.loop_breaker and config.frontier else None
         self._toggles = declared_toggles(episode.task) if config.loop_breaker and config.undos else None
+        self._undos_outlast_rewards = self._toggles is not None and undo_never_rewarded(episode.task)
+        self._lost_points: set[str] = set()
+        self._losing_steps = 0
         self._set_to: dict[str, str] = {}
         self._changed_since_reward: set[str] = set()
         self._visited: set[str] = set()
@@ -195,9 +199,10 @@ class EpisodeSession:
         its actions, also the known no-ops (`no_ops_here`); where the task declares that repeating a
         rewarded action undoes it, the actions whose reward is still held (`held_rewards`); and moves
         back to places seen since the last reward (`revisits`); where the task declares what its
-        actions set, the setting back of a thing changed since the last reward (`undoes`)."""
+        actions set, the setting back of a thing changed since the last reward (`undoes`); and the
+        actions that lost points earlier in the episode (`punished`)."""
         tried = self._tried.get(self.here(), set())
-        extra = self.no_ops_here() | self.held_rewards() | self.revisits() | self.undoes()
+        extra = self.no_ops_here() | self.held_rewards() | self.revisits() | self.undoes() | self.punished()
         return tried | extra if extra else tried
 
     def no_ops_here(self) -> set[str]:
@@ -225,7 +230,8 @@ class EpisodeSession:
         """Listed actions that set back a thing this episode changed since its last reward (closing the
         door it opened, from either side, on tasks that declare `TaskSpec.toggles`, with the loop breaker
         and `agent.undos` on): the loop rules pass over them while another choice remains, as they only
-        return to where the episode was. A thing changed back anyway no longer counts."""
+        return to where the episode was. On a task that declares `TaskSpec.undo_never_rewarded`, a change
+        made before the last reward counts too. A thing changed back anyway no longer counts."""
         if self._toggles is None:
             return set()
         toggled = self._toggled(self.observation.admissible_actions or [])
@@ -253,6 +259,18 @@ class EpisodeSession:
         thing, state = toggle
         self._set_to[thing] = state
         self._changed_since_reward ^= {thing}
+
+    def punished(self) -> set[str]:
+        """Listed actions that lost points when this episode took them before, wherever that was (twc's
+        put in the wrong place: taking the item again and putting it back there loses the point again),
+        with the loop breaker and `agent.punished` on: the loop rules pass over them while another
+        choice remains. Empty while most steps so far lost points, as on a task that charges for every
+        step, where a loss says nothing about the action."""
+        if not (self.config.loop_breaker and self.config.punished) or not self._lost_points:
+            return set()
+        if 2 * self._losing_steps > len(self.episode.steps):
+            return set()
+        return self._lost_points & set(self.observation.admissible_actions or [])
 
     def revisits(self) -> set[str]:
         """Listed moves that lead, as the observation names it, to a place this episode has been in since
@@ -487,7 +505,11 @@ class EpisodeSession:
         if step.reward > 0:
             self._earned[action] = self.episode.total_return
             self._visited.clear()  # progress: what the task needs next may be in a room already seen
-            self._changed_since_reward.clear()
+            if not self._undos_outlast_rewards:
+                self._changed_since_reward.clear()
+        elif step.reward < 0:
+            self._lost_points.add(action)
+            self._losing_steps += 1
         self._visit(obs)
         subgoals = info.get("subgoals")
         if isinstance(subgoals, dict):

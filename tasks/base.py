@@ -113,7 +113,9 @@ class TaskSpec:
     it sets it to, named alike from wherever it is taken (TextWorldExpress: ("door between the bedroom
     and the corridor", "open")): with `agent.undos` the loop rules pass over setting a thing to the
     state the episode already set it to and over setting back one it changed since the last reward
-    (`crl.tasks.toggles`).
+    (`crl.tasks.toggles`). `undo_never_rewarded`: setting a thing back never earns a reward in any world
+    of the task (TextWorldExpress: no game pays for closing what it opened), so those loop rules keep
+    passing over the undo after a reward too, instead of only until the next one.
     `no_ops`: `(observation, listed actions) -> those the observation shows would change nothing`
     (TextWorldExpress: opening a door it describes as open, closing or walking through one it
     describes as closed): with `agent.idle_actions` the loop rules count them as known no-ops before
@@ -136,6 +138,7 @@ class TaskSpec:
     places: Places | None = None
     idle_actions: tuple[str, ...] = ()
     toggles: Callable[[str, str], tuple[str, str] | None] | None = None
+    undo_never_rewarded: bool = False
     no_ops: Callable[[str, Sequence[str]], set[str]] | None = None
 
     @property

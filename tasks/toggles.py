@@ -8,6 +8,9 @@ on the same thing, "the door between the bedroom and the corridor". With `agent.
 then passes over setting a thing to the state the episode already set it to (a no-op), and over
 setting back a thing it changed since its last reward (an undo: it only returns to where the
 episode was), while another choice remains. A thing changed twice is taken to be back where it was.
+A task that never pays for an undo declares `TaskSpec.undo_never_rewarded` (TextWorldExpress), and the
+undo stays passed over after a reward too: twc's player who opened the fridge, took the milk and
+earned its point gains nothing by closing the fridge again.
 
 A task whose actions simply come in pairs that undo each other declares them with
 `pair_toggles(inverse)` (a `UserTask`'s `inverse_action`): the thing is the pair of actions, in
@@ -52,3 +55,12 @@ def declared_toggles(task: str) -> Toggles | None:
 
     spec = find_task(task)
     return spec.toggles if spec else None
+
+
+def undo_never_rewarded(task: str) -> bool:
+    """Whether the task declares that setting a thing back never earns a reward
+    (`TaskSpec.undo_never_rewarded`); False when it does not or is not registered here."""
+    from crl.tasks.registry import find_task
+
+    spec = find_task(task)
+    return spec.undo_never_rewarded if spec else False

@@ -384,6 +384,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         places=Places(here=room_of, leads_to=room_beyond),
         idle_actions=LOOKING,
         toggles=thing_toggled,
+        undo_never_rewarded=True,
         no_ops=shown_no_ops,
     )
     for _game_spec in GAMES.values()

@@ -61,6 +61,8 @@ class UserTask:
             effect and undoing one made since the last reward (`crl.tasks.toggles.pair_toggles`).
         toggles: optional `(observation, action) -> (thing, state)` (a staticmethod), the full form
             of `inverse_action` for things reached from more than one place (`TaskSpec.toggles`).
+        undo_never_rewarded: setting a thing back never earns a reward here, so the undo stays passed
+            over after a reward too (`TaskSpec.undo_never_rewarded`).
         no_ops: optional `(observation, listed actions) -> set` (a staticmethod): the listed actions
             the observation shows would change nothing ("open box" where it says the box is open),
             counted as known no-ops before one was wasted (`TaskSpec.no_ops`).
@@ -78,6 +80,7 @@ class UserTask:
     places: ClassVar[Places | None] = None
     idle_actions: ClassVar[tuple[str, ...]] = ()
     inverse_action: ClassVar[Callable[[str], str | None] | None] = None
+    undo_never_rewarded: ClassVar[bool] = False
     toggles: ClassVar[Callable[[str, str], tuple[str, str] | None] | None] = None
     no_ops: ClassVar[Callable[[str, Sequence[str]], set[str]] | None] = None
 
@@ -130,5 +133,6 @@ class UserTask:
             places=cls.places,
             idle_actions=tuple(cls.idle_actions),
             toggles=cls.toggles or (pair_toggles(cls.inverse_action, cls.places) if cls.inverse_action else None),
+            undo_never_rewarded=cls.undo_never_rewarded,
             no_ops=cls.no_ops,
         )

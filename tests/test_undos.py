@@ -17,7 +17,7 @@ from crl.agent.session import EpisodeSession, LoopConfig
 from crl.memory.trajectory import Episode
 from crl.tasks import registry
 from crl.tasks.situations import declared_no_ops
-from crl.tasks.toggles import declared_toggles
+from crl.tasks.toggles import declared_toggles, undo_never_rewarded
 from crl.tasks.twx import thing_toggled
 from crl.tasks.user_task import UserTask
 from tests.test_posterior_policy import settings_for
@@ -91,7 +91,7 @@ def test_a_model_that_likes_opening_and_closing_gets_on_with_the_task(crl_home, 
     assert [s.action for s in episode.steps][:2] == ["open box", "take gem"] and episode.success
     taking = episode.steps[1].extra.policy
     assert taking.posterior["undoes"] == ["close box"] and taking.decided_by == "repeat-avoidance"
-    assert "would undo a change made since the last reward: close box" in taking.reason
+    assert "would undo a change this episode made: close box" in taking.reason
     assert "open box" in taking.posterior["avoided"]  # opening the open box is a known no-op
 
     from rich.console import Console
@@ -100,7 +100,7 @@ def test_a_model_that_likes_opening_and_closing_gets_on_with_the_task(crl_home, 
 
     console = Console(record=True, width=200)
     render_explanation(console, episode, only_step=1)
-    assert "undoes a change made since the reward" in console.export_text()
+    assert "undoes a change this episode made" in console.export_text()
 
 
 def _session(config: LoopConfig | None = None) -> EpisodeSession:
@@ -125,6 +125,16 @@ def test_an_undo_taken_anyway_ends_the_change_and_a_reward_ends_the_undo(gem_box
     _force(session, "open box")
     _force(session, "take gem")  # the reward: what the task needs next may need the box closed
     assert session.undoes() == set() and "open box" in session.no_ops_here()  # still open, still a no-op
+
+
+def test_on_a_task_that_never_pays_for_an_undo_the_undo_outlasts_the_reward(gem_box, monkeypatch):
+    """`TaskSpec.undo_never_rewarded`: closing the box after the gem's point still only undoes."""
+    monkeypatch.setitem(registry._TASKS, GemBox.name, replace(GemBox.spec(), undo_never_rewarded=True))
+    session = _session()
+    _force(session, "open box")
+    _force(session, "take gem")
+    assert session.undoes() == {"close box"} and "close box" in session.tried_here()
+    assert undo_never_rewarded("twx/twc") and not undo_never_rewarded("keyroom/key")
 
 
 def test_the_rule_is_off_without_the_loop_breaker_or_the_declaration(gem_box, monkeypatch):
