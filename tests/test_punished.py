@@ -118,7 +118,9 @@ def test_only_listed_actions_count_and_a_cost_on_every_step_is_no_lesson(pen_des
     assert costly.punished() == set()  # every step lost points: a loss says nothing about the action
 
 
-@pytest.mark.parametrize("config", [LoopConfig(max_steps=9, punished=False), LoopConfig(max_steps=9, loop_breaker=False)])
+@pytest.mark.parametrize(
+    "config", [LoopConfig(max_steps=9, punished=False), LoopConfig(max_steps=9, loop_breaker=False)]
+)
 def test_the_rule_is_off_without_the_loop_breaker_or_the_setting(pen_desk, config):
     session = _session(PenDesk, config)
     _force(session, "put pen in drawer")
