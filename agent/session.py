@@ -13,10 +13,12 @@ from crl.agent.llm.base import Completion, GenerationConfig, Message
 from crl.agent.parsing import normalise, parse_reply
 from crl.agent.place_map import PlaceMap
 from crl.memory.purpose import given_subgoals, reached_subgoals
+from crl.memory.retrieval.analogy import action_frame
 from crl.memory.trajectory import Episode, LoopBreak, MemoryOffer, PolicyDecision, Step, StepExtra
 from crl.prompts.agent_prompt import MessageCount, PromptBudget, PromptFormat, PromptReport, assemble_prompt
 from crl.prompts.budget import BudgetItem, TokenCount
 from crl.prompts.state import PromptHistory
+from crl.tasks.actions import normalise_action
 from crl.tasks.base import Observation, TextEnv
 from crl.tasks.game_identity import game_identity
 from crl.tasks.places import places_of
@@ -336,7 +338,9 @@ class EpisodeSession:
         `TaskSpec.repeat_undoes_reward`, with the loop breaker and `agent.held_rewards` on. In
         TextWorldExpress's twc, taking an item back out of the basket it was put away in loses the
         point its put earned, while taking it again from a wrong place (whose put lost the take's
-        point) earns it again."""
+        point) earns it again. A step that lost points gives back the reward of the actions on the same
+        thing (`thing_acted_on`): after "put the bra in the basket" lost the bra's point, "take the bra"
+        is open again even where the dress's point, earned since, kept the return up."""
         if not self._undo_rule:
             return set()
         now = self.episode.total_return + HELD_TOLERANCE
@@ -510,6 +514,9 @@ class EpisodeSession:
         elif step.reward < 0:
             self._lost_points.add(action)
             self._losing_steps += 1
+            thing = thing_acted_on(action)
+            for earned in [a for a in self._earned if thing_acted_on(a) == thing]:
+                del self._earned[earned]
         self._visit(obs)
         subgoals = info.get("subgoals")
         if isinstance(subgoals, dict):
@@ -547,3 +554,10 @@ class EpisodeSession:
     @property
     def finished(self) -> bool:
         return self.episode.finished
+
+
+def thing_acted_on(action: str) -> str:
+    """What an action acts on, in normalised words: the object of "VERB OBJECT PREP TARGET"
+    (`action_frame`), else the words after the verb ("take wet gray bra" -> "wet gray bra")."""
+    frame = action_frame(action)
+    return frame.object if frame else " ".join(normalise_action(action).split()[1:])

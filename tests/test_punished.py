@@ -126,3 +126,49 @@ def test_the_rule_is_off_without_the_loop_breaker_or_the_setting(pen_desk, confi
     _force(session, "put pen in drawer")
     _force(session, "take pen")
     assert session.punished() == set()
+
+
+class TwoThings(UserTask):
+    """twc in small: a pen (its place: the cup) and a book (the shelf) lie on the floor. Taking one
+    from anywhere but its place earns a quarter point, putting it in its place another, anywhere else
+    loses one; taking it back from its place loses the put's."""
+
+    name = "desk/two"
+    max_steps = 9
+    repeat_undoes_reward = True
+    PLACES = {"pen": "cup", "book": "shelf"}
+
+    def reset(self, seed):
+        self.at = {"pen": "floor", "book": "floor"}
+        return self.observe("A pen and a book on the floor; a cup, a shelf.", goal="Tidy up.", actions=self.actions())
+
+    def actions(self) -> list[str]:
+        held = [t for t, where in self.at.items() if where == "hand"]
+        return [f"put {t} in {p}" for t in held for p in ("cup", "shelf")] + [
+            f"take {t}" for t, where in self.at.items() if where != "hand"
+        ]
+
+    def step(self, action):
+        verb, thing, *rest = action.split()
+        if verb == "take":
+            reward = -0.25 if self.at[thing] == self.PLACES[thing] else 0.25
+            self.at[thing] = "hand"
+        else:
+            self.at[thing] = rest[-1]
+            reward = 0.25 if rest[-1] == self.PLACES[thing] else -0.25
+        text = "; ".join(f"the {t}: {where}" for t, where in self.at.items())
+        return self.proceed(text, reward=reward, actions=self.actions())
+
+
+def test_a_loss_gives_back_the_held_reward_of_the_action_on_the_same_thing(monkeypatch):
+    """The pen's wrong put lost the point its take earned; the book's points since keep the return
+    up, yet taking the pen again (from the wrong place: it earns) must stay open, and taking the
+    book back out of its place (it would lose the put's point) must not."""
+    monkeypatch.setitem(registry._TASKS, TwoThings.name, TwoThings.spec())
+    episode = Episode(episode_id="two-0000", run_id="two", task=TwoThings.name, seed=0, goal="")
+    session = EpisodeSession(TwoThings(), episode, LoopConfig(max_steps=9, react=False), lambda t: 1, lambda m: 1)
+    for action in ("take pen", "put pen in shelf", "take book", "put book in shelf"):
+        _force(session, action)
+    assert [s.reward for s in episode.steps] == [0.25, -0.25, 0.25, 0.25] and episode.total_return == 0.5
+    assert session.held_rewards() == {"take book", "put book in shelf"}
+    assert "take pen" not in session.tried_here() and "take book" in session.tried_here()
