@@ -276,8 +276,8 @@ class PosteriorDecision:
         line += ")"
         if self.memory_changed_argmax:
             line += f"; memory overrode the model's {self.model_best!r}"
-        named = {*self.held, *self.revisits, *self.undoes, *self.punished}
-        tried = [a for a in self.avoided if a not in named]
+        others = {*self.held, *self.revisits, *self.undoes}
+        tried = [a for a in self.avoided if a not in others and a not in self.punished]
         if tried:
             line += f"; already tried here: {', '.join(tried)}"
         held = [a for a in self.avoided if a in self.held]
@@ -289,7 +289,7 @@ class PosteriorDecision:
         undone = [a for a in self.avoided if a in self.undoes and a not in self.held and a not in self.revisits]
         if undone:
             line += f"; would undo a change this episode made: {', '.join(undone)}"
-        lost = [a for a in self.avoided if a in self.punished and a not in {*self.held, *self.revisits, *self.undoes}]
+        lost = [a for a in self.avoided if a in self.punished and a not in others]
         if lost:
             line += f"; lost points when taken earlier in this episode: {', '.join(lost)}"
         if self.chosen in self.ways_out:

@@ -117,8 +117,6 @@ class EpisodeSession:
         self._places = places_of(episode.task) if config.loop_breaker and config.frontier else None
         self._toggles = declared_toggles(episode.task) if config.loop_breaker and config.undos else None
         self._undos_outlast_rewards = self._toggles is not None and undo_never_rewarded(episode.task)
-        self._lost_points: set[str] = set()
-        self._losing_steps = 0
         self._set_to: dict[str, str] = {}
         self._changed_since_reward: set[str] = set()
         self._visited: set[str] = set()
@@ -268,11 +266,12 @@ class EpisodeSession:
         with the loop breaker and `agent.punished` on: the loop rules pass over them while another
         choice remains. Empty while most steps so far lost points, as on a task that charges for every
         step, where a loss says nothing about the action."""
-        if not (self.config.loop_breaker and self.config.punished) or not self._lost_points:
+        if not (self.config.loop_breaker and self.config.punished):
             return set()
-        if 2 * self._losing_steps > len(self.episode.steps):
+        lost = [step.action for step in self.episode.steps if step.reward < 0]
+        if not lost or 2 * len(lost) > len(self.episode.steps):
             return set()
-        return self._lost_points & set(self.observation.admissible_actions or [])
+        return set(lost) & set(self.observation.admissible_actions or [])
 
     def revisits(self) -> set[str]:
         """Listed moves that lead, as the observation names it, to a place this episode has been in since
@@ -512,8 +511,6 @@ class EpisodeSession:
             if not self._undos_outlast_rewards:
                 self._changed_since_reward.clear()
         elif step.reward < 0:
-            self._lost_points.add(action)
-            self._losing_steps += 1
             thing = thing_acted_on(action)
             for earned in [a for a in self._earned if thing_acted_on(a) == thing]:
                 del self._earned[earned]
