@@ -492,7 +492,9 @@ class Runner:
         moves = session.listed_moves() if ahead else set()
         rng = self.posterior.config.rng(session.episode.task, session.episode.seed, len(session.episode.steps))
 
-        first = self._explore_first(session, dist.actions, advantages, tried) if config.explore_enabling else []
+        first = (
+            self._explore_first(session, dist.actions, advantages, tried, punished) if config.explore_enabling else []
+        )
 
         def choose(_model_action: str | None) -> tuple[str, str, str, dict]:
             decision = decide(
@@ -522,13 +524,13 @@ class Runner:
         return completion, choose
 
     @staticmethod
-    def _explore_first(session: EpisodeSession, actions, advantages, tried) -> list[str]:
+    def _explore_first(session: EpisodeSession, actions, advantages, tried, punished) -> list[str]:
         """What directed exploration offers first in this state (`agent.directed_exploration`)."""
         if not advantages:
             return []
         steps = session.episode.steps
         taken = {normalise_action(s.action) for s in steps}
-        return explore_first(actions, advantages, explored_openings(steps), tried, taken)
+        return explore_first(actions, advantages, explored_openings(steps), tried, taken, punished)
 
     def _generate(self, batch: list[list[Message]], stats: RunnerStats) -> list[Completion | ModelFailure]:
         """One reply per prompt; a `ModelFailure` for each prompt that got none after the

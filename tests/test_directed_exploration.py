@@ -63,6 +63,33 @@ def test_an_object_memory_knows_nothing_of_does_not_hide_another_held_one():
     assert explore_first(actions, {a: seen(a) for a in PUTS}, set()) == ["open drawer"]
 
 
+def test_the_episode_refuting_memorys_success_opens_a_closed_place():
+    """twc's fresh test seed 20193: memory's analogues said "success 5 of 15" for the hat rack, the game
+    took the point back, and the boots belonged in the closed shoe cabinet."""
+    boots = ["put boots in hat rack", "put boots in coat hanger", "put boots in key holder"]
+    actions = [*boots, "open shoe cabinet"]
+    memory = {a: seen(a) for a in boots} | {boots[0]: seen(boots[0], n=15, successes=5)}
+    assert explore_first(actions, memory, set()) == []
+    assert explore_first(actions, memory, set(), refuted={boots[0]}) == ["open shoe cabinet"]
+    # memory's own success for another listed place still leaves the choice to the posterior
+    hanger = {boots[1]: seen(boots[1], successes=1)}
+    assert explore_first(actions, memory | hanger, set(), refuted={boots[0]}) == []
+
+
+def test_the_episodes_refutation_alone_opens_only_when_few_open_places_are_left():
+    puts = [f"put sock in {p}" for p in ("table", "chair", "bed", "shelf", "sofa", "desk")]
+    actions = [*puts, "open drawer"]
+    # memory knows nothing of these places; one refuted, five untried for one closed drawer: not yet
+    assert explore_first(actions, {}, set(), refuted={puts[0]}) == []
+    # two untried per closed place is the bound
+    assert explore_first(actions, {}, set(), refuted=set(puts[:3])) == []
+    assert explore_first(actions, {}, set(), refuted=set(puts[:4])) == ["open drawer"]
+    # where memory saw listed places fail too, the bound does not apply
+    assert explore_first(actions, {puts[5]: seen(puts[5])}, set(), refuted={puts[0]}) == ["open drawer"]
+    # a refutation is no evidence about an object it did not use
+    assert explore_first(["put hat in table", "put hat in chair", "open drawer"], {}, set(), refuted={puts[0]}) == []
+
+
 def test_a_place_counts_as_explored_only_where_exploration_decided_the_step():
     def step(i: int, action: str, decided_by: str) -> Step:
         return Step(i, "room", action, decided_by=decided_by)
@@ -152,3 +179,71 @@ def test_the_loop_opens_the_closed_drawer_once_memory_saw_the_open_places_fail(c
     render_explanation(console, explored)
     text = console.export_text()
     assert ", directed exploration)" in text and "explored first" in text and "decided by exploration" in text
+
+
+def test_the_loop_opens_the_drawer_after_the_episode_itself_lost_points_on_a_put(crl_home, monkeypatch):
+    """Memory holds nothing about where the sock goes (one stored episode that only looked around),
+    so memory's failures cannot ask for exploration; the game's own lost point on the table does,
+    with two open places left for one closed drawer. Without `agent.punished` the episode's loss
+    is no evidence and the agent tries the open places until it runs out of steps."""
+    from crl.agent.app import start_run
+    from crl.agent.llm.scripted import ScriptedModel
+    from crl.tasks import registry
+    from crl.tasks.user_task import UserTask
+
+    places = ["table", "chair", "bed"]
+
+    class Sock(UserTask):
+        name = "tidy/sock-points"
+        max_steps = 5
+
+        def reset(self, seed):
+            self.place, self.opened = "floor", False
+            return self.observe(self.room(), goal="Put the sock where it belongs.", actions=self.actions())
+
+        def room(self) -> str:
+            where = "You hold a sock." if self.place == "hand" else f"A sock lies on the {self.place}."
+            return f"A bedroom with a table, a chair, a bed and a {'open' if self.opened else 'closed'} drawer. {where}"
+
+        def actions(self) -> list[str]:
+            if self.place != "hand":
+                return ["take sock", "look", *([] if self.opened else ["open drawer"])]
+            return [f"put sock in {p}" for p in places] + ["put sock in drawer" if self.opened else "open drawer"]
+
+        def step(self, action):
+            if action == "put sock in drawer":
+                return self.finish("The sock is away.", success=True, reward=1.0)
+            reward = 0.0
+            if action.startswith("put sock in "):
+                self.place, reward = action.removeprefix("put sock in "), -1.0
+            self.place = "hand" if action == "take sock" else self.place
+            self.opened = self.opened or action == "open drawer"
+            return self.proceed(self.room(), actions=self.actions(), reward=reward)
+
+    monkeypatch.setitem(registry._TASKS, Sock.name, Sock.spec())
+    looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0, "take sock": -9.0, "open drawer": -9.0}))
+    short = _settings(crl_home, explore=True)
+    short.agent.max_steps = 1
+    stored = start_run(short, Sock.name, 1, model=looker).episodes[0]
+    assert not stored.success and {st.action for st in stored.steps} == {"look"}
+
+    scores = {"take sock": 0.0, "look": -6.0, "open drawer": -8.0, "put sock in drawer": -9.0}
+    model = ScriptedModel(lambda m: json.dumps(scores | {f"put sock in {p}": -0.5 * i for i, p in enumerate(places)}))
+
+    def play(punished: bool):
+        settings = _settings(crl_home, explore=True)
+        settings.agent.punished, settings.agent.max_steps = punished, 5
+        return start_run(settings, Sock.name, 1, model=model, kind="eval").episodes[0]
+
+    blind = play(punished=False)
+    assert not blind.success and "open drawer" not in [st.action for st in blind.steps]
+    explored = play(punished=True)
+    assert explored.success
+    assert [st.action for st in explored.steps] == [
+        "take sock",
+        "put sock in table",
+        "take sock",
+        "open drawer",
+        "put sock in drawer",
+    ]
+    assert [st.decided_by for st in explored.steps[3:]] == ["exploration", "exploration"]
