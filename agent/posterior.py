@@ -297,7 +297,10 @@ class PosteriorDecision:
         if self.followed:
             line += "; goes through the way the last action opened"
         if self.explored:
-            line += f"; memory saw no listed use of what is held succeed, so first: {', '.join(self.explored)}"
+            line += (
+                "; no listed use of what is held is known to work (memory, less what this episode lost points on), "
+                f"so first: {', '.join(self.explored)}"
+            )
         return line
 
     def to_dict(self) -> dict[str, Any]:

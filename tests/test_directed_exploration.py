@@ -247,3 +247,5 @@ def test_the_loop_opens_the_drawer_after_the_episode_itself_lost_points_on_a_put
         "put sock in drawer",
     ]
     assert [st.decided_by for st in explored.steps[3:]] == ["exploration", "exploration"]
+    assert "less what this episode lost points on), so first: open drawer" in explored.steps[3].extra.policy.reason
+    assert explored.steps[3].extra.policy.posterior["punished"] == ["put sock in table"]
