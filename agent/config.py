@@ -118,7 +118,8 @@ class PosteriorSettings(BaseModel):
         True,
         description="Directed exploration (`agent.directed_exploration`): where memory saw listed uses of a held "
         "object ('put X in P') fail and none succeed, first use a place exploration opened this episode (once), "
-        "else open a closed one ('open P' for a place no listed action targets).",
+        "else open a closed one ('open P' for a place no listed action targets). A use this episode lost points "
+        "on (agent.punished) counts as failed, whatever memory says of it.",
     )
     condition: Literal["purpose", "task"] = Field(
         "purpose",

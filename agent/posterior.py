@@ -141,8 +141,9 @@ class PosteriorConfig:
     explore_enabling: bool = field(
         default=True,
         metadata={
-            "help": "Where memory saw listed uses of a held object fail and none succeed, first use a place "
-            "exploration opened, else open a closed one (`agent.directed_exploration`)."
+            "help": "Where memory saw listed uses of a held object fail and none succeed (a use this episode "
+            "lost points on counts as failed), first use a place exploration opened, else open a closed one "
+            "(`agent.directed_exploration`)."
         },
     )
 
