@@ -96,19 +96,20 @@ def explore_first(
     for (_, obj), group in uses.items():
         fresh = [a for a in group if frames[a].target in opened and normalise_action(a) not in taken]
         lost = [a for a in group if a in refuted and a not in fresh]
-        seen = [memory[a] for a in group if a in memory and memory[a].n > 0 and a not in fresh and a not in lost]
-        if len(group) < 2 or any(e.successes > 0 for e in seen):
+        seen = {a: memory[a] for a in group if a in memory and memory[a].n > 0 and a not in fresh}
+        if len(group) < 2 or any(e.successes > 0 for a, e in seen.items() if a not in lost):
             continue
         if fresh:
             return fresh
-        if not (seen or lost):
+        by_memory = bool(seen) and not any(e.successes > 0 for e in seen.values())
+        if not (by_memory or lost):
             continue
         known = targets | set(opened) | {obj}
         closed = [
             a for a in actions if a not in frames and a not in tried and (place := _opens(a)) and place not in known
         ]
         untried = len(group) - len(lost) - len(fresh)
-        if closed and (seen or untried <= UNTRIED_PER_CLOSED * len(closed)):
+        if closed and (by_memory or untried <= UNTRIED_PER_CLOSED * len(closed)):
             return closed
     return []
 

@@ -86,6 +86,10 @@ def test_the_episodes_refutation_alone_opens_only_when_few_open_places_are_left(
     assert explore_first(actions, {}, set(), refuted=set(puts[:4])) == ["open drawer"]
     # where memory saw listed places fail too, the bound does not apply
     assert explore_first(actions, {puts[5]: seen(puts[5])}, set(), refuted={puts[0]}) == ["open drawer"]
+    # where memory alone already asks (every listed place it knows failed), a refutation adds no bound
+    memory = {puts[0]: seen(puts[0])}
+    assert explore_first(actions, memory, set()) == ["open drawer"]
+    assert explore_first(actions, memory, set(), refuted={puts[0]}) == ["open drawer"]
     # a refutation is no evidence about an object it did not use
     assert explore_first(["put hat in table", "put hat in chair", "open drawer"], {}, set(), refuted={puts[0]}) == []
 
