@@ -1,0 +1,49 @@
+"""Puts of an evaluation by where the object's right place was (L: a listed put; C: behind a
+listed "open PLACE"; N: neither), whether this episode had already lost a point on a put of the same
+object, and whether the put was right. Objects no log ever placed right are left out.
+
+    python ../twc-levers/puts/locmap.py ROOT > locmap.json
+    python closed.py locmap.json HOME [HOME ...]      # each HOME's newest evaluation
+"""
+
+import collections
+import glob
+import json
+import os
+import sys
+
+
+def main(locmap: str, homes: list[str]) -> None:
+    right = {k: set(v) for k, v in json.load(open(locmap)).items()}
+    for home in homes:
+        path = sorted(glob.glob(f"{home}/evals/*/episodes.jsonl"), key=os.path.getmtime)[-1]
+        episodes = collections.defaultdict(list)
+        for line in open(path):
+            step = json.loads(line)
+            if step["event"] == "step":
+                episodes[step["episode_id"]].append(step)
+        table: collections.Counter = collections.Counter()
+        for steps in episodes.values():
+            refuted: collections.Counter = collections.Counter()
+            for step in steps:
+                action = step["action"]
+                if not (action.startswith("put ") and " in " in action):
+                    continue
+                obj = action[4:].rsplit(" in ", 1)[0]
+                if obj not in right:
+                    continue
+                listed = step["admissible_actions"]
+                if any(f"put {obj} in {p}" in listed for p in right[obj]):
+                    where = "L"
+                else:
+                    where = "C" if any(f"open {p}" in listed for p in right[obj]) else "N"
+                won = step["reward"] > 0
+                table[where, refuted[obj] > 0, "right" if won else "wrong"] += 1
+                refuted[obj] += not won
+        print(home)
+        for (where, after, outcome), n in sorted(table.items()):
+            print(f"  right place {where}  after a refutation {str(after):5}  {outcome:5}  {n}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
