@@ -125,18 +125,12 @@ def _settings(home, explore: bool):
     return load_settings({"home": str(home), "agent": agent, "reflect": {"enabled": False}})
 
 
-def test_the_loop_opens_the_closed_drawer_once_memory_saw_the_open_places_fail(crl_home, monkeypatch):
-    """A sock belongs in a closed drawer; the model prefers the table and the chair, and almost
-    never opens anything. After a stored play that tried both and lost, directed exploration opens
-    the drawer and puts the sock there; without it the replay loses again."""
-    from crl.agent.app import start_run
-    from crl.agent.llm.scripted import ScriptedModel
-    from crl.tasks import registry
+def _sock_task(name: str, places: list[str], wrong_put: float):
+    """A bedroom whose sock belongs in a closed drawer; a put anywhere else earns `wrong_put`."""
     from crl.tasks.user_task import UserTask
 
     class Sock(UserTask):
-        name = "tidy/sock"
-        max_steps = 4
+        max_steps = 5
 
         def reset(self, seed):
             self.place, self.opened = "floor", False
@@ -144,22 +138,37 @@ def test_the_loop_opens_the_closed_drawer_once_memory_saw_the_open_places_fail(c
 
         def room(self) -> str:
             where = "You hold a sock." if self.place == "hand" else f"A sock lies on the {self.place}."
-            return f"A bedroom with a table, a chair and a {'open' if self.opened else 'closed'} drawer. {where}"
+            furniture = ", ".join(f"a {p}" for p in places)
+            return f"A bedroom with {furniture} and a {'open' if self.opened else 'closed'} drawer. {where}"
 
         def actions(self) -> list[str]:
             if self.place != "hand":
                 return ["take sock", "look", *([] if self.opened else ["open drawer"])]
-            return [*PUTS, "put sock in drawer" if self.opened else "open drawer"]
+            return [f"put sock in {p}" for p in places] + ["put sock in drawer" if self.opened else "open drawer"]
 
         def step(self, action):
             if action == "put sock in drawer":
-                return self.finish("The sock is away.", success=True)
+                return self.finish("The sock is away.", success=True, reward=1.0)
+            reward = 0.0
             if action.startswith("put sock in "):
-                self.place = action.removeprefix("put sock in ")
+                self.place, reward = action.removeprefix("put sock in "), wrong_put
             self.place = "hand" if action == "take sock" else self.place
             self.opened = self.opened or action == "open drawer"
-            return self.proceed(self.room(), actions=self.actions())
+            return self.proceed(self.room(), actions=self.actions(), reward=reward)
 
+    Sock.name = name
+    return Sock
+
+
+def test_the_loop_opens_the_closed_drawer_once_memory_saw_the_open_places_fail(crl_home, monkeypatch):
+    """A sock belongs in a closed drawer; the model prefers the table and the chair, and almost
+    never opens anything. After a stored play that tried both and lost, directed exploration opens
+    the drawer and puts the sock there; without it the replay loses again."""
+    from crl.agent.app import start_run
+    from crl.agent.llm.scripted import ScriptedModel
+    from crl.tasks import registry
+
+    Sock = _sock_task("tidy/sock", ["table", "chair"], wrong_put=0.0)
     monkeypatch.setitem(registry._TASKS, Sock.name, Sock.spec())
     scores = {"take sock": 0.0, "put sock in table": -0.5, "put sock in chair": -0.7, "look": -6.0}
     model = ScriptedModel(lambda messages: json.dumps(scores | {"open drawer": -8.0, "put sock in drawer": -9.0}))
@@ -193,37 +202,10 @@ def test_the_loop_opens_the_drawer_after_the_episode_itself_lost_points_on_a_put
     from crl.agent.app import start_run
     from crl.agent.llm.scripted import ScriptedModel
     from crl.tasks import registry
-    from crl.tasks.user_task import UserTask
 
     places = ["table", "chair", "bed"]
 
-    class Sock(UserTask):
-        name = "tidy/sock-points"
-        max_steps = 5
-
-        def reset(self, seed):
-            self.place, self.opened = "floor", False
-            return self.observe(self.room(), goal="Put the sock where it belongs.", actions=self.actions())
-
-        def room(self) -> str:
-            where = "You hold a sock." if self.place == "hand" else f"A sock lies on the {self.place}."
-            return f"A bedroom with a table, a chair, a bed and a {'open' if self.opened else 'closed'} drawer. {where}"
-
-        def actions(self) -> list[str]:
-            if self.place != "hand":
-                return ["take sock", "look", *([] if self.opened else ["open drawer"])]
-            return [f"put sock in {p}" for p in places] + ["put sock in drawer" if self.opened else "open drawer"]
-
-        def step(self, action):
-            if action == "put sock in drawer":
-                return self.finish("The sock is away.", success=True, reward=1.0)
-            reward = 0.0
-            if action.startswith("put sock in "):
-                self.place, reward = action.removeprefix("put sock in "), -1.0
-            self.place = "hand" if action == "take sock" else self.place
-            self.opened = self.opened or action == "open drawer"
-            return self.proceed(self.room(), actions=self.actions(), reward=reward)
-
+    Sock = _sock_task("tidy/sock-points", places, wrong_put=-1.0)
     monkeypatch.setitem(registry._TASKS, Sock.name, Sock.spec())
     looker = ScriptedModel(lambda messages: json.dumps({"look": 0.0, "take sock": -9.0, "open drawer": -9.0}))
     short = _settings(crl_home, explore=True)
