@@ -12,15 +12,12 @@ import collections
 import glob
 import json
 import os
-import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
-
-def evidence(entry: dict) -> tuple[int, int]:
-    """(successes, votes) of memory's evidence on one action, read off its hint."""
-    m = re.search(r"success (\d+) of (\d+)", (entry.get("memory") or {}).get("hint", "") or "")
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "twc-levers" / "explore"))
+from decisions import evidence  # noqa: E402
 
 
 def put_decisions(home: str) -> Iterator[tuple[dict, str, list[str], list[str]]]:

@@ -8,38 +8,29 @@ object, and whether the put was right. Objects no log ever placed right are left
 
 import collections
 import glob
-import json
 import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "twc-levers" / "puts"))
+from locmap import load, puts  # noqa: E402
 
 
 def main(locmap: str, homes: list[str]) -> None:
-    right = {k: set(v) for k, v in json.load(open(locmap)).items()}
+    right = load(locmap)
     for home in homes:
         path = sorted(glob.glob(f"{home}/evals/*/episodes.jsonl"), key=os.path.getmtime)[-1]
-        episodes = collections.defaultdict(list)
-        for line in open(path):
-            step = json.loads(line)
-            if step["event"] == "step":
-                episodes[step["episode_id"]].append(step)
         table: collections.Counter = collections.Counter()
-        for steps in episodes.values():
-            refuted: collections.Counter = collections.Counter()
-            for step in steps:
-                action = step["action"]
-                if not (action.startswith("put ") and " in " in action):
-                    continue
-                obj = action[4:].rsplit(" in ", 1)[0]
-                if obj not in right:
-                    continue
-                listed = step["admissible_actions"]
-                if any(f"put {obj} in {p}" in listed for p in right[obj]):
-                    where = "L"
-                else:
-                    where = "C" if any(f"open {p}" in listed for p in right[obj]) else "N"
-                won = step["reward"] > 0
-                table[where, refuted[obj] > 0, "right" if won else "wrong"] += 1
-                refuted[obj] += not won
+        refuted: collections.Counter = collections.Counter()
+        for step, obj, _place, _is_right in puts(path, right):
+            listed = step["admissible_actions"]
+            if any(f"put {obj} in {p}" in listed for p in right[obj]):
+                where = "L"
+            else:
+                where = "C" if any(f"open {p}" in listed for p in right[obj]) else "N"
+            won = step["reward"] > 0
+            table[where, refuted[step["episode_id"], obj] > 0, "right" if won else "wrong"] += 1
+            refuted[step["episode_id"], obj] += not won
         print(home)
         for (where, after, outcome), n in sorted(table.items()):
             print(f"  right place {where}  after a refutation {str(after):5}  {outcome:5}  {n}")
