@@ -54,6 +54,7 @@ from crl.memory.records import (
     parse_record_id,
 )
 from crl.memory.results import (
+    REMOVED_SKIP,
     HistoryItem,
     IngestError,
     IngestResult,
@@ -364,6 +365,8 @@ class ExperienceBank(CurationMixin):
         rid = episode_record_id(episode.family, episode.episode_id)
         if not episode.steps and not episode.finished:
             return IngestResult(rid, 0, "no steps yet")
+        if not self.state.may_sync(rid):
+            return IngestResult(rid, 0, REMOVED_SKIP)
         if self._up_to_date(self.state.ingested.get(rid), episode):
             return IngestResult(rid, 0, "already stored")
         h = self.config.history_steps
@@ -372,7 +375,7 @@ class ExperienceBank(CurationMixin):
         with self.journal.locked():
             self.keeper.catch_up()
             if not self.state.may_sync(rid):
-                return IngestResult(rid, 0, "removed or rolled back")
+                return IngestResult(rid, 0, REMOVED_SKIP)
             mark = self.state.ingested.get(rid)
             if self._up_to_date(mark, episode):
                 return IngestResult(rid, 0, "already stored")

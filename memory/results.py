@@ -17,6 +17,10 @@ class IngestError(BankError, RuntimeError):
     """A queued episode could not be written to the bank (raised by `flush` and `close`)."""
 
 
+REMOVED_SKIP = "removed or rolled back"
+"""`IngestResult.skipped` for an episode whose id the journal removed (`rm`, a rollback): never stored again."""
+
+
 @dataclass
 class IngestResult:
     """What `ingest_episode` did: how many new steps it stored, or why it skipped."""

@@ -19,7 +19,8 @@ class Rejection:
         task: the task it would have been an episode of.
         seed: the seed it was tried on.
         reason: the reason's category: "no-subtask", "no-segment", "no-match", "over-step-limit"
-            (planning), or a replay's code: "invalid-action", "game-over", "no-success".
+            (planning), a replay's code: "invalid-action", "game-over", "no-success", or "removed"
+            (validated, but a user removed the same episode from the bank before: not stored again).
         detail: the reason in words.
         parents: the episode ids it would have been made from.
     """
