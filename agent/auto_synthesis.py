@@ -7,7 +7,8 @@
 Each pass relabels the failures of the run's family not looked at before and, when the run's
 task is stitchable (a compound task with a declared order, or one whose episodes report score
 points), stitches it on the worlds played where it has no success yet (within `synthesis.max_steps`
-when set, else the task's own step limit). Every
+when set, else the task's own step limit), and with `synthesis.mine` mines rules from the
+family's statistics (`reflect.mine` settings). Every
 synthetic episode is validated by replay before it is stored; the environment steps replay
 costs are totalled in `report` (and in the run's `run.json` as `synthesis`).
 """
@@ -25,6 +26,7 @@ from crl.memory.trajectory import Episode
 
 if TYPE_CHECKING:
     from crl.memory.bank import ExperienceBank
+    from crl.memory.reflection import MiningConfig
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,16 @@ log = logging.getLogger(__name__)
 class AutoSynthesis:
     """Synthesize from a run's experience every `config.every` finished episodes."""
 
-    def __init__(self, bank: ExperienceBank, task: str, config: SynthesisConfig, max_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        bank: ExperienceBank,
+        task: str,
+        config: SynthesisConfig,
+        max_steps: int | None = None,
+        mining: MiningConfig | None = None,
+    ) -> None:
         self.bank = bank
+        self.mining = mining
         self.task = task
         self.max_steps = max_steps
         self.family = family_of(task)
@@ -42,6 +52,9 @@ class AutoSynthesis:
         self.passes = 0
         self._pending = 0
         self._looked_at: set[str] = set()
+        self.mining_passes = 0
+        self.rules_kept = 0
+        self.rule_changes = 0
 
     def on_episode_end(self, episode: Episode) -> None:
         """Count the finished episode; run a pass when `every` have finished since the last one."""
@@ -69,6 +82,7 @@ class AutoSynthesis:
                 relabel=self.config.relabel,
                 stitch_task=stitch_task,
                 skip=self._looked_at,
+                similarity=self.config.similarity,
                 threshold=self.config.threshold,
                 max_steps=self.max_steps,
             )
@@ -78,10 +92,26 @@ class AutoSynthesis:
         self.passes += 1
         self._looked_at |= seen
         self.report = self.report + result.report
+        if self.config.mine:
+            self.mine_pass()
+
+    def mine_pass(self) -> None:
+        """Mine rules from the family's statistics (a failure is logged, never raised)."""
+        from crl.memory.reflection import mine_rules
+
+        try:
+            mined = mine_rules(self.bank, self.family, config=self.mining, actor="synthesis:auto")
+        except Exception:  # noqa: BLE001 — mining is an extra too
+            log.exception("automatic rule mining failed; the run goes on without it")
+            return
+        self.mining_passes += 1
+        self.rules_kept = len(mined.kept)
+        self.rule_changes += len(mined.changes)
 
     def summary(self) -> dict:
         """What the run's passes made and what replay cost (for `run.json`)."""
-        return {"passes": self.passes} | self.report.to_dict()
+        mined = {"mining_passes": self.mining_passes, "rules_kept": self.rules_kept, "rule_changes": self.rule_changes}
+        return {"passes": self.passes} | self.report.to_dict() | (mined if self.config.mine else {})
 
 
 def make_auto_synthesis(settings, bank: ExperienceBank | None, task: str) -> AutoSynthesis | None:
@@ -89,4 +119,5 @@ def make_auto_synthesis(settings, bank: ExperienceBank | None, task: str) -> Aut
     config = getattr(settings, "synthesis", None)
     if bank is None or not isinstance(config, SynthesisConfig) or not config.auto:
         return None
-    return AutoSynthesis(bank, task, config, config.max_steps)
+    reflect = getattr(settings, "reflect", None)
+    return AutoSynthesis(bank, task, config, config.max_steps, getattr(reflect, "mine", None))

@@ -594,6 +594,7 @@ class SkillsExperiment:
                 family_of(self.spec.task),
                 relabel=bool(self.subtasks),
                 stitch_task=self.spec.task,
+                similarity=settings.synthesis.similarity,
                 threshold=settings.synthesis.threshold,
                 max_steps=settings.synthesis.max_steps,
             )

@@ -24,6 +24,7 @@ from crl.agent.config import AgentSettings, LLMSettings
 from crl.agent.llm.scripted import ScriptedModel
 from crl.finetune.config import FinetuneConfig
 from crl.memory.retrieval.config import RetrievalConfig
+from crl.memory.synthesis.config import SynthesisConfig
 from crl.tasks.keyroom import solve
 from crl.tasks.registry import fold_seeds
 
@@ -94,6 +95,7 @@ def test_emit_calls_a_view_only_for_people(printed):
         (common.Policy, AgentSettings, "policy"),
         (common.Rerank, RetrievalConfig, "rerank"),
         (common.RoundKind, FinetuneConfig, "auto_kind"),
+        (common.Similarity, SynthesisConfig, "similarity"),
     ],
 )
 def test_choice_options_accept_exactly_what_the_settings_accept(choice, model, field):

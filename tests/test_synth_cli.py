@@ -148,3 +148,76 @@ def test_mine_dry_run_stores_nothing_then_mined_rules_are_listed_as_rules(home):
     rules = as_json("memory", "ls", "--kind", "rule")
     assert {r["text"] for r in rules} == set(texts)
     assert all("mined" in r["tags"] for r in rules)
+
+
+def test_stitch_by_family_finds_the_compound_task_with_the_knobs_played(home):
+    made = as_json("synth", "stitch", "--family", "keyroom", "--dry-run")
+    assert made["report"]["stitches_validated"] == len(SEEDS)
+    assert {e["task"] for e in made["episodes"]} == {"keyroom/compound"}
+    assert synthetic() == []
+
+
+def test_stitch_refuses_a_family_that_is_not_the_tasks_or_has_no_compound_task(home):
+    mismatch = invoke("synth", "stitch", "keyroom/compound", "--family", "twx")
+    assert mismatch.exit_code == 2 and "not 'twx'" in mismatch.output
+    none = invoke("synth", "stitch", "--family", "twx")
+    assert none.exit_code == 1 and "declares no compound task" in none.output
+    bogus = invoke("synth", "stitch", "keyroom/compound", "--similarity", "cosine")
+    assert bogus.exit_code == 2 and "lexical" in bogus.output
+
+
+def test_stitch_with_the_embedding_similarity_matches_other_worlds_by_cosine(home):
+    other = fold_seeds("keyroom/key", "dev", 1)[0]
+    args = ("synth", "stitch", "keyroom/compound", "--seeds", other, "--threshold", "0.999", "--dry-run")
+    lexical = as_json(*args)
+    embedding = as_json(*args, "--similarity", "embedding")
+    best = [r["rejected"][0]["detail"] for r in (lexical, embedding)]
+    assert all("best similarity" in d for d in best)
+    assert best[0] != best[1]  # word overlap and the (hashing) embedding's cosine score the same starts apart
+    same_world = as_json("synth", "stitch", "keyroom/compound", "--similarity", "embedding", "--dry-run")
+    assert same_world["report"]["stitches_validated"] == len(SEEDS)  # same-world segments need no similarity
+
+
+def test_segment_accepts_dry_run_and_stores_nothing(home):
+    assert as_json("synth", "segment", "--dry-run", "--limit", "0")
+    assert synthetic() == []
+
+
+def test_a_synthetic_episode_is_removed_like_any_other_and_not_made_again(home):
+    made = as_json("synth", "stitch", "keyroom/compound")
+    gone = made["episodes"][0]["episode"]
+    (removed,) = as_json("memory", "rm", gone, "--yes")["ids"]
+    assert removed.endswith(gone)
+    left = synthetic()
+    assert removed not in {r["id"] for r in left} and len(left) == len(SEEDS) - 1
+    assert invoke("memory", "show", gone).exit_code != 0
+    again = as_json("synth", "stitch", "keyroom/compound")
+    assert again["episodes"] == []  # the same stitch validates again, but the user's removal stands
+    (refused,) = again["rejected"]
+    assert refused["reason"] == "removed" and refused["seed"] == made["episodes"][0]["seed"]
+    assert len(synthetic()) == len(SEEDS) - 1
+
+
+def test_automatic_mining_during_a_run_stores_rules_that_explain_shows(home, monkeypatch):
+    monkeypatch.setenv("CRL_SYNTHESIS__AUTO", "true")
+    monkeypatch.setenv("CRL_SYNTHESIS__EVERY", "1")
+    monkeypatch.setenv("CRL_SYNTHESIS__MINE", "true")
+    monkeypatch.setenv("CRL_REFLECT__MINE__MIN_SUPPORT", "2")
+    model = ScriptedModel(lambda msgs: " look")
+    monkeypatch.setattr(crl.agent.app, "build_chat_model", lambda settings: model)
+    ok("run", "keyroom/compound", "-n", 1, "--parallel", "1", "--policy", "llm", "--max-steps", 2)
+    (first,) = [r for r in as_json("runs") if r["task"] == "keyroom/compound" and r["episodes"] == "1/1"]
+    info = json.loads((home / "runs" / first["run_id"] / "run.json").read_text())
+    assert info["synthesis"]["mining_passes"] == 1 and info["synthesis"]["rules_kept"] >= 1
+    rules = as_json("memory", "ls", "--kind", "rule")
+    assert rules and all("mined" in r["tags"] for r in rules)
+    monkeypatch.setenv("CRL_SYNTHESIS__AUTO", "false")
+    ok("run", "keyroom/compound", "-n", 1, "--parallel", "1", "--policy", "llm", "--max-steps", 2, "--memory", "full")
+    (second,) = [
+        r
+        for r in as_json("runs")
+        if r["task"] == "keyroom/compound" and r["run_id"] != first["run_id"] and r["episodes"] == "1/1"
+    ]
+    steps = as_json("explain", second["run_id"], 0)
+    shown = {m["id"] for s in steps for m in s["memories"] if m.get("slot") == "rule"}
+    assert shown & {r["id"] for r in rules}

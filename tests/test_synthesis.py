@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from crl.memory.synthesis import (
@@ -20,7 +21,12 @@ from crl.memory.synthesis import (
 )
 from crl.memory.synthesis.bank_io import episodes_from_bank, store_synthetic
 from crl.memory.synthesis.report import Rejection
-from crl.memory.synthesis.similarity import lexical_similarity
+from crl.memory.synthesis.similarity import (
+    EMBEDDING_THRESHOLD,
+    LEXICAL_THRESHOLD,
+    lexical_similarity,
+    similarity_named,
+)
 from crl.memory.synthesis.stitch import retrace
 from crl.memory.trajectory import Episode, Step
 from crl.tasks.keyroom import solve
@@ -265,6 +271,23 @@ def test_retrace_undoes_net_movement():
 def test_lexical_similarity():
     assert lexical_similarity("You are in the hall.", "you are in the HALL") == 1.0
     assert lexical_similarity("a b", "c d") == 0.0
+
+
+def test_similarity_named_gives_each_its_measured_threshold():
+    axes = {"hall": [1.0, 0.0], "kitchen": [0.6, 0.8]}
+
+    def embed(texts):
+        return np.array([axes[t] for t in texts])
+
+    lexical, lexical_threshold = similarity_named("lexical")
+    assert lexical is lexical_similarity and lexical_threshold == LEXICAL_THRESHOLD == 0.6
+    cosine, embedding_threshold = similarity_named("embedding", embed)
+    assert embedding_threshold == EMBEDDING_THRESHOLD == 0.75
+    assert cosine("hall", "kitchen") == pytest.approx(0.6) and cosine("hall", "hall") == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="needs an embedding function"):
+        similarity_named("embedding")
+    with pytest.raises(ValueError, match="lexical, embedding"):
+        similarity_named("cosine")
 
 
 # ---- the pass, the report, provenance in storage -------------------------------------------

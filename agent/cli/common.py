@@ -82,6 +82,7 @@ Policy = choices("Policy", ["llm", "memory", "mixed", "posterior", "random"])  #
 Rerank = choices("Rerank", ["default", "cross-encoder"])  # retrieval.rerank
 RoundKind = choices("RoundKind", ["sft", "dpo", "sft+dpo"])  # finetune.auto_kind
 Fold = choices("Fold", ["dev", "test"])
+Similarity = choices("Similarity", ["lexical", "embedding"])  # synthesis.similarity
 DatasetKind = choices("DatasetKind", ["sft", "dpo"])
 LogLevel = choices("LogLevel", ["debug", "info", "warning", "error", "critical"])
 

@@ -15,7 +15,20 @@ from typing import Any
 
 import typer
 
-from crl.agent.cli.common import Col, FamilyOpt, JsonOpt, MemoryUrlOpt, command, emit, err, fitted_table, open_bank, out
+from crl.agent.cli.common import (
+    Col,
+    FamilyOpt,
+    JsonOpt,
+    MemoryUrlOpt,
+    Similarity,
+    command,
+    emit,
+    err,
+    fitted_table,
+    open_bank,
+    out,
+    value,
+)
 
 app = typer.Typer(
     help="Synthesize verified experience: skill segments, relabelling, stitching, mined rules.", no_args_is_help=True
@@ -114,10 +127,14 @@ def segment(
     family: str | None = FamilyOpt,
     task: str | None = typer.Option(None, "--task", help="Only episodes of this task, e.g. keyroom/compound."),
     limit: int = typer.Option(50, "--limit", "-n", help="Most rows shown (0: all)."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Accepted for symmetry with the other passes: segmenting never stores anything."
+    ),
     memory_url: str | None = MemoryUrlOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Cut the played episodes of a family into skill segments at the sub-goals they reached (stores nothing)."""
+    del dry_run
     from crl.memory.synthesis import segment_episodes
     from crl.memory.synthesis.bank_io import episodes_from_bank
     from crl.memory.synthesis.bank_pass import same_task
@@ -169,14 +186,41 @@ def relabel(
     emit(pass_json(result, dry_run) if as_json else None, as_json, pass_view(result, dry_run))
 
 
+def compound_tasks(bank, family: str) -> list[str]:
+    """The family's compound tasks (a declared sub-goal order of their own) with the knobs its played
+    episodes used: what `crl synth stitch --family F` stitches."""
+    from crl.memory.synthesis.task_skills import family_of, stitchable
+    from crl.tasks.registry import list_tasks
+
+    bases = sorted(t.name for t in list_tasks() if family_of(t.name) == family and stitchable(t.name))
+    if not bases:
+        raise ValueError(
+            f"family {family!r} declares no compound task (no sub-goal order); name the task to stitch, "
+            "e.g. `crl synth stitch 'twx/twc?numLocations=1'`"
+        )
+    knobs = sorted({r.task.partition("?")[2] for r in bank.ls(kind="episode", family=family, source="real")})
+    return [f"{base}?{q}" if q else base for base in bases for q in knobs or [""]]
+
+
 @command(app, "stitch")
 def stitch(
-    task: str = typer.Argument(..., help="A compound task with declared sub-goals, e.g. keyroom/compound."),
+    task: str | None = typer.Argument(
+        None,
+        help="A compound task, e.g. keyroom/compound (default: the family's compound tasks, with the knobs played).",
+    ),
+    family: str | None = FamilyOpt,
     seeds: str | None = typer.Option(
         None, "--seeds", help="Comma-separated seeds (default: the worlds played where TASK has no success yet)."
     ),
+    similarity: Similarity | None = typer.Option(
+        None,
+        "--similarity",
+        help="How a segment from another world is matched: lexical or embedding (default: synthesis.similarity).",
+    ),
     threshold: float | None = typer.Option(
-        None, "--threshold", help="Similarity a segment from another world needs (default: synthesis.threshold)."
+        None,
+        "--threshold",
+        help="Similarity a segment from another world needs (default: synthesis.threshold, else the similarity's own).",
     ),
     dry_run: bool = DryRunOpt,
     memory_url: str | None = MemoryUrlOpt,
@@ -184,17 +228,34 @@ def stitch(
 ) -> None:
     """Join stored skill segments into demonstrations of TASK; keep those that replay to a success."""
     from crl.agent.cli.common import effective_settings, overrides
+    from crl.memory.synthesis import SynthesisResult
     from crl.memory.synthesis.bank_pass import synthesize_bank
     from crl.memory.synthesis.task_skills import family_of
 
+    if task and family and family_of(task) != family:
+        raise typer.BadParameter(
+            f"{task} is a task of family {family_of(task)!r}, not {family!r}", param_hint="--family"
+        )
     chosen = [int(s) for s in seeds.split(",") if s.strip()] if seeds else None
     settings = effective_settings(overrides(memory__url=memory_url))
+    match = value(similarity) or settings.synthesis.similarity
     limit = threshold if threshold is not None else settings.synthesis.threshold
     with open_bank(memory_url, settings) as bank:
-        with err.status(f"stitching {task} (each demonstration replayed in the environment)"):
-            result = synthesize_bank(
-                bank, family_of(task), relabel=False, stitch_task=task, seeds=chosen, threshold=limit, dry_run=dry_run
-            )
+        tasks = [task] if task else compound_tasks(bank, family_in(bank, family))
+        result = SynthesisResult()
+        for name in tasks:
+            with err.status(f"stitching {name} (each demonstration replayed in the environment)"):
+                one = synthesize_bank(
+                    bank,
+                    family_of(name),
+                    relabel=False,
+                    stitch_task=name,
+                    seeds=chosen,
+                    similarity=match,
+                    threshold=limit,
+                    dry_run=dry_run,
+                )
+            result.extend(one)
     emit(pass_json(result, dry_run) if as_json else None, as_json, pass_view(result, dry_run))
 
 

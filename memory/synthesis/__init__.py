@@ -16,10 +16,17 @@ from crl.memory.synthesis.relabel import relabel_episode, relabel_episodes
 from crl.memory.synthesis.replay import ReplayResult, replay
 from crl.memory.synthesis.report import Rejection, SynthesisReport, SynthesisResult
 from crl.memory.synthesis.segments import Segment, segment_episode, segment_episodes
-from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD, embedding_similarity, lexical_similarity
+from crl.memory.synthesis.similarity import (
+    EMBEDDING_THRESHOLD,
+    LEXICAL_THRESHOLD,
+    embedding_similarity,
+    lexical_similarity,
+    similarity_named,
+)
 from crl.memory.synthesis.stitch import StitchPlan, plan_stitch, stitch, validate_stitch
 
 __all__ = [
+    "EMBEDDING_THRESHOLD",
     "LEXICAL_THRESHOLD",
     "Provenance",
     "Rejection",
@@ -37,6 +44,7 @@ __all__ = [
     "replay",
     "segment_episode",
     "segment_episodes",
+    "similarity_named",
     "stitch",
     "synthesize",
     "validate_stitch",

@@ -11,18 +11,20 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
+from crl.memory.results import REMOVED_SKIP
 from crl.memory.synthesis.bank_io import episodes_from_bank, store_synthetic
 from crl.memory.synthesis.pipeline import synthesize
 from crl.memory.synthesis.provenance import provenance_of
 from crl.memory.synthesis.replay import EnvFactory
-from crl.memory.synthesis.report import SynthesisResult
-from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD
+from crl.memory.synthesis.report import Rejection, SynthesisResult
+from crl.memory.synthesis.similarity import similarity_named
 from crl.memory.synthesis.task_skills import can_stitch, declares_order, episode_subgoals, family_of, world_key
 from crl.memory.trajectory import Episode
 from crl.tasks.registry import make_env, parse_task_name
 
 if TYPE_CHECKING:
     from crl.memory.bank import ExperienceBank
+    from crl.memory.results import IngestResult
 
 
 def same_task(a: str, b: str) -> bool:
@@ -61,7 +63,8 @@ def synthesize_bank(
     stitch_task: str | None = None,
     seeds: Collection[int] | None = None,
     skip: Collection[str] = (),
-    threshold: float = LEXICAL_THRESHOLD,
+    similarity: str = "lexical",
+    threshold: float | None = None,
     max_steps: int | None = None,
     dry_run: bool = False,
     env_factory: EnvFactory = make_env,
@@ -76,14 +79,19 @@ def synthesize_bank(
             or a task with none, stitched by the sub-goals its episodes report), or None.
         seeds: the seeds to stitch on (default: `stitch_seeds`).
         skip: episode ids not to relabel (already looked at).
-        threshold: the similarity a segment from another world needs (see `stitch.plan_stitch`).
+        similarity: "lexical" or "embedding" (the bank's embedder), how a segment from another
+            world is matched (see `similarity.similarity_named`).
+        threshold: the similarity a segment from another world needs (see `stitch.plan_stitch`);
+            None: the measured default of `similarity`.
         max_steps: the step limit a stitch must fit (default the task's own).
         dry_run: synthesize and validate by replay, but store nothing.
         env_factory: builds environments by task name.
 
     Raises:
-        ValueError: `stitch_task` is not of `family`, or is a sub-task of its declared order.
+        ValueError: `stitch_task` is not of `family`, or is a sub-task of its declared order; an
+            unknown `similarity`.
     """
+    match, default_threshold = similarity_named(similarity, bank.embed if similarity == "embedding" else None)
     if stitch_task is not None:
         if family_of(stitch_task) != family:
             raise ValueError(f"{stitch_task} is not a task of family {family!r}")
@@ -103,10 +111,27 @@ def synthesize_bank(
         relabel_only=fresh,
         stitch_task=stitch_task,
         stitch_seeds=targets,
-        threshold=threshold,
+        similarity=match,
+        threshold=default_threshold if threshold is None else threshold,
         max_steps=max_steps,
         env_factory=env_factory,
     )
     if not dry_run and result.episodes:
-        store_synthetic(bank, result.episodes, actor="synthesis")
+        stored = store_synthetic(bank, result.episodes, actor="synthesis")
+        keep_only_stored(result, stored)
     return result
+
+
+def keep_only_stored(result: SynthesisResult, stored: list[IngestResult]) -> None:
+    """Turn the episodes the bank would not take back (a user removed them before) into rejections."""
+    kept = []
+    for episode, outcome in zip(result.episodes, stored, strict=True):
+        if outcome.skipped == REMOVED_SKIP:
+            prov = provenance_of(episode)
+            kind = prov.kind if prov is not None else "stitch"
+            parents = list(prov.parents) if prov is not None else []
+            detail = "validated by replay, but the same episode was removed from the bank before: not stored again"
+            result.reject(Rejection(kind, episode.task, episode.seed, "removed", detail, parents))
+        else:
+            kept.append(episode)
+    result.episodes = kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from crl.memory.synthesis.similarity import LEXICAL_THRESHOLD
+from crl.memory.synthesis.similarity import EMBEDDING_THRESHOLD, LEXICAL_THRESHOLD, SimilarityName
 
 
 class SynthesisConfig(BaseModel):
@@ -22,12 +22,23 @@ class SynthesisConfig(BaseModel):
     every: int = Field(8, ge=1, description="Finished episodes between two automatic synthesis passes.")
     relabel: bool = Field(True, description="Make sub-task successes of failures that reached sub-goals.")
     stitch: bool = Field(True, description="Stitch validated demonstrations of compound tasks from skill segments.")
-    threshold: float = Field(
-        LEXICAL_THRESHOLD,
+    mine: bool = Field(
+        False,
+        description="Also mine precondition, ordering and dead-end rules from the family's statistics on each "
+        "pass (with the `reflect.mine` settings), as `crl synth mine` does.",
+    )
+    similarity: SimilarityName = Field(
+        "lexical",
+        description="How a segment from another world is matched to where the stitch has got to: `lexical` "
+        "(word overlap) or `embedding` (cosine of the bank's sentence embeddings).",
+    )
+    threshold: float | None = Field(
+        None,
         gt=0,
         le=1,
-        description="Lexical similarity a segment from another world needs between its start and where the "
-        "stitch has got to (segments from the same world need none).",
+        description=f"Similarity a segment from another world needs between its start and where the stitch has "
+        f"got to (segments from the same world need none). Unset: the measured default of `similarity` "
+        f"({LEXICAL_THRESHOLD} lexical, {EMBEDDING_THRESHOLD} embedding).",
     )
     max_steps: int | None = Field(
         None,
