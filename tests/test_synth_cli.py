@@ -121,14 +121,20 @@ def test_stitch_on_given_seeds_with_no_segments_reports_the_reason(home):
     assert made["rejected"] and made["rejected"][0]["seed"] == other[0]
 
 
+def look_around_once(home: Path, monkeypatch, *flags) -> dict:
+    """One two-step keyroom/compound run by a model that only looks; its `run.json`."""
+    model = ScriptedModel(lambda msgs: " look")
+    monkeypatch.setattr(crl.agent.app, "build_chat_model", lambda settings: model)
+    before = {r["run_id"] for r in as_json("runs")}
+    ok("run", "keyroom/compound", "-n", 1, "--parallel", "1", "--policy", "llm", "--max-steps", 2, *flags)
+    (run,) = [r for r in as_json("runs") if r["run_id"] not in before]
+    return json.loads((home / "runs" / run["run_id"] / "run.json").read_text())
+
+
 def test_automatic_synthesis_during_a_run_stores_stitches_and_records_replay_cost(home, monkeypatch):
     monkeypatch.setenv("CRL_SYNTHESIS__AUTO", "true")
     monkeypatch.setenv("CRL_SYNTHESIS__EVERY", "1")
-    model = ScriptedModel(lambda msgs: " look")
-    monkeypatch.setattr(crl.agent.app, "build_chat_model", lambda settings: model)
-    ok("run", "keyroom/compound", "-n", 1, "--parallel", "1", "--policy", "llm", "--max-steps", 2)
-    (run,) = [r for r in as_json("runs") if r["task"] == "keyroom/compound" and r["episodes"] == "1/1"]
-    info = json.loads((home / "runs" / run["run_id"] / "run.json").read_text())
+    info = look_around_once(home, monkeypatch)
     assert info["synthesis"]["passes"] == 1
     assert info["synthesis"]["stitches_validated"] == len(SEEDS)
     assert info["synthesis"]["relabelled"] == len(SEEDS)
@@ -203,21 +209,12 @@ def test_automatic_mining_during_a_run_stores_rules_that_explain_shows(home, mon
     monkeypatch.setenv("CRL_SYNTHESIS__EVERY", "1")
     monkeypatch.setenv("CRL_SYNTHESIS__MINE", "true")
     monkeypatch.setenv("CRL_REFLECT__MINE__MIN_SUPPORT", "2")
-    model = ScriptedModel(lambda msgs: " look")
-    monkeypatch.setattr(crl.agent.app, "build_chat_model", lambda settings: model)
-    ok("run", "keyroom/compound", "-n", 1, "--parallel", "1", "--policy", "llm", "--max-steps", 2)
-    (first,) = [r for r in as_json("runs") if r["task"] == "keyroom/compound" and r["episodes"] == "1/1"]
-    info = json.loads((home / "runs" / first["run_id"] / "run.json").read_text())
+    info = look_around_once(home, monkeypatch)
     assert info["synthesis"]["mining_passes"] == 1 and info["synthesis"]["rules_kept"] >= 1
     rules = as_json("memory", "ls", "--kind", "rule")
     assert rules and all("mined" in r["tags"] for r in rules)
     monkeypatch.setenv("CRL_SYNTHESIS__AUTO", "false")
-    ok("run", "keyroom/compound", "-n", 1, "--parallel", "1", "--policy", "llm", "--max-steps", 2, "--memory", "full")
-    (second,) = [
-        r
-        for r in as_json("runs")
-        if r["task"] == "keyroom/compound" and r["run_id"] != first["run_id"] and r["episodes"] == "1/1"
-    ]
+    second = look_around_once(home, monkeypatch, "--memory", "full")
     steps = as_json("explain", second["run_id"], 0)
     shown = {m["id"] for s in steps for m in s["memories"] if m.get("slot") == "rule"}
     assert shown & {r["id"] for r in rules}
