@@ -189,10 +189,10 @@ def relabel(
 def compound_tasks(bank, family: str) -> list[str]:
     """The family's compound tasks (a declared sub-goal order of their own) with the knobs its played
     episodes used: what `crl synth stitch --family F` stitches."""
-    from crl.memory.synthesis.task_skills import family_of, stitchable
+    from crl.memory.synthesis.task_skills import stitchable
     from crl.tasks.registry import list_tasks
 
-    bases = sorted(t.name for t in list_tasks() if family_of(t.name) == family and stitchable(t.name))
+    bases = sorted(t.name for t in list_tasks() if t.family == family and stitchable(t.name))
     if not bases:
         raise ValueError(
             f"family {family!r} declares no compound task (no sub-goal order); name the task to stitch, "

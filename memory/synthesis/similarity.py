@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
 Similarity = Callable[[str, str], float]
 SimilarityName = Literal["lexical", "embedding"]
-SIMILARITIES: tuple[str, ...] = ("lexical", "embedding")
+SIMILARITIES: tuple[str, ...] = get_args(SimilarityName)
 
 LEXICAL_THRESHOLD = 0.6
 """Segments from another world are matched only at this lexical similarity or above.
