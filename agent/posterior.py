@@ -275,8 +275,10 @@ class PosteriorDecision:
         if evidence is not None:
             line += f", memory: {evidence.hint}, advantage {evidence.advantage:+.2f}, lambda {self.weights[i]:.2f}"
         line += ")"
-        if self.memory_changed_argmax:
+        if self.memory_changed_argmax and self.chosen == self.posterior_best:
             line += f"; memory overrode the model's {self.model_best!r}"
+        elif self.memory_changed_argmax:
+            line += f"; memory preferred {self.posterior_best!r} to the model's {self.model_best!r}, passed over"
         others = {*self.held, *self.revisits, *self.undoes}
         tried = [a for a in self.avoided if a not in others and a not in self.punished]
         if tried:

@@ -117,6 +117,16 @@ def test_confident_memory_overrides_the_argmax_and_the_record_says_so():
     assert "overrode the model's 'take key'" in decision.reason
 
 
+def test_an_override_passed_over_by_repeat_avoidance_is_not_called_an_override():
+    memory = {"look": _adv("look", 0.8, 4.0)}
+    decision = decide(PRIOR, memory, PosteriorConfig(alpha=0.25, support_scale=1.0), avoid={"look"})
+    assert decision.posterior_best == "look" and decision.chosen == "take key" == decision.model_best
+    assert decision.memory_changed_argmax and decision.decided_by == "llm"
+    assert "overrode" not in decision.reason
+    assert "memory preferred 'look' to the model's 'take key', passed over" in decision.reason
+    assert "already tried here: look" in decision.reason
+
+
 def test_thin_memory_does_not_override_a_clear_model_preference():
     memory = {"look": _adv("look", 0.3, 0.2)}
     decision = decide({"take key": 0.9, "look": 0.1}, memory, PosteriorConfig())
