@@ -514,6 +514,8 @@ class EpisodeSession:
             thing = thing_acted_on(action)
             for earned in [a for a in self._earned if thing_acted_on(a) == thing]:
                 del self._earned[earned]
+        if step.reward <= 0 and reached_subgoals(info) - reached_subgoals({"subgoals": self.episode.subgoals}):
+            self._visited.clear()  # a sub-goal reached is progress too (keyroom: the key, then the door)
         self._visit(obs)
         subgoals = info.get("subgoals")
         if isinstance(subgoals, dict):

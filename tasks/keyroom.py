@@ -23,6 +23,7 @@ from typing import Any
 
 from crl.tasks.base import Observation, StepOutcome, TaskSpec
 from crl.tasks.game_identity import digest
+from crl.tasks.places import Places
 from crl.tasks.keyroom_world import (
     DIRECTIONS,
     INVENTORY,
@@ -35,6 +36,8 @@ from crl.tasks.keyroom_world import (
     apply_action,
     describe,
     generate_world,
+    room_here,
+    room_through,
     situation,
 )
 
@@ -290,6 +293,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         subtasks={skill: f"{FAMILY}/{skill}" for skill in SUBGOAL_ORDER if skill != _variant.name},
         action_role=action_role,
         situation=situation,
+        places=Places(here=room_here, leads_to=room_through),
     )
     for _variant in VARIANTS.values()
 )

@@ -11,6 +11,7 @@ the next state with the game's feedback, which is what the environment and the s
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, replace
 
 from crl.tasks.situations import last_paragraph
@@ -375,3 +376,37 @@ def situation(observation: str) -> str:
         'You are in the cellar.\nYou are carrying nothing.'
     """
     return last_paragraph(observation)
+
+
+_ROOM_LINE = re.compile(r"^You are in the ([^.]+)\.$", re.M)
+_GO = re.compile(r"^go (north|south|east|west)$")
+
+
+def room_here(observation: str) -> str | None:
+    r"""The room `describe` puts the player in ("You are in the cellar." -> cellar), or None.
+
+    Example:
+        >>> room_here("You go north.\n\nYou are in the cellar.\nExits: south to the hall.")
+        'cellar'
+    """
+    found = _ROOM_LINE.search(last_paragraph(observation))
+    return found.group(1) if found else None
+
+
+def room_through(observation: str, action: str) -> str | None:
+    r"""The room a listed move leads to, as the last "Exits:" line names it: a plain exit or one
+    through the open door; None for any other action and behind a door that is not open.
+
+    Example:
+        >>> text = "You are in the hall.\nExits: north to the cellar; east through a locked iron door."
+        >>> room_through(text, "go north"), room_through(text, "go east"), room_through(text, "look")
+        ('cellar', None, None)
+    """
+    move = _GO.match(action)
+    exits = next((line for line in reversed(last_paragraph(observation).splitlines()) if line.startswith("Exits: ")), None)
+    if move is None or exits is None:
+        return None
+    for phrase in exits.removeprefix("Exits: ").rstrip(".").split("; "):
+        if phrase.startswith(f"{move.group(1)} ") and " to the " in phrase:
+            return phrase.rsplit(" to the ", 1)[1]
+    return None

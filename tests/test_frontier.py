@@ -12,6 +12,7 @@ import pytest
 from crl.agent.app import start_run
 from crl.agent.llm.scripted import ScriptedModel
 from crl.tasks import registry
+from crl.tasks.keyroom_world import room_here, room_through
 from crl.tasks.places import Places, places_of
 from crl.tasks.twx import room_beyond, room_of
 from crl.tasks.user_task import UserTask
@@ -108,7 +109,47 @@ def test_the_frontier_explores_past_rooms_seen_and_goes_back_after_the_reward(cr
 
 def test_places_of_reads_the_declaration():
     assert places_of(KeyHouse.name) is None  # not registered outside the fixture
-    assert places_of("twx/coin").here is room_of and places_of("keyroom/key") is None
+    assert places_of("twx/coin").here is room_of and places_of("keyroom/compound").here is room_here
+    assert places_of("textworld/cooking") is None
+
+
+def test_keyroom_names_the_room_and_the_exits_open_to_it():
+    text = (
+        "You open the door.\n\nYou are in the armoury.\nYou see a red candle.\n"
+        "Exits: east through the open iron door to the workshop; south to the gallery; west through a locked oak door.\n"
+        "You are carrying a copper key."
+    )
+    assert room_here(text) == "armoury"
+    assert room_through(text, "go east") == "workshop" and room_through(text, "go south") == "gallery"
+    assert room_through(text, "go west") is None and room_through(text, "go north") is None
+    assert room_through(text, "take red candle") is None and room_here("Nothing happens.") is None
+
+
+def test_a_sub_goal_reached_without_reward_opens_the_rooms_seen_again(crl_home, house):
+    """keyroom rewards only the end, but taking the key is a sub-goal: after it, the closet seen on
+    the way is a place to go back to (the box is there), not a revisit."""
+
+    class SubgoalHouse(KeyHouse):
+        name = "house/subgoal"
+
+        def step(self, action):
+            if action == "take key":
+                self.held = True
+                return self.proceed(self.text(), actions=self.actions(), subgoals={"key": True, "box": False})
+            return super().step(action)
+
+    registry._TASKS[SubgoalHouse.name] = SubgoalHouse.spec()
+    try:
+        episode = start_run(settings_for(crl_home, frontier=True), SubgoalHouse.name, 1, model=house).episodes[0]
+    finally:
+        registry._TASKS.pop(SubgoalHouse.name, None)
+    actions = [s.action for s in episode.steps]
+    assert actions == [
+        *("go north", "go south", "go south", "go south", "take key"),
+        *("go north", "go north", "go north", "put key in box"),
+    ]
+    assert episode.success and episode.steps[4].reward == 0
+    assert episode.steps[6].extra.policy.posterior["revisits"] == ["go south"]
 
 
 def test_textworldexpress_names_rooms_and_open_exits_only():

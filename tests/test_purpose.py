@@ -101,7 +101,13 @@ def settings_for(home, condition: str):
     return load_settings(
         {
             "home": str(home),
-            "agent": {"policy": "posterior", "parallel": 1, "memory": "off", "posterior": {"condition": condition}},
+            "agent": {
+                "policy": "posterior",
+                "parallel": 1,
+                "memory": "off",
+                "frontier": False,  # the loop rules alone would reach the door: this is about memory
+                "posterior": {"condition": condition},
+            },
             "reflect": {"enabled": False},
         }
     )
