@@ -23,7 +23,6 @@ from typing import Any
 
 from crl.tasks.base import Observation, StepOutcome, TaskSpec
 from crl.tasks.game_identity import digest
-from crl.tasks.places import Places
 from crl.tasks.keyroom_world import (
     DIRECTIONS,
     INVENTORY,
@@ -40,6 +39,7 @@ from crl.tasks.keyroom_world import (
     room_through,
     situation,
 )
+from crl.tasks.places import Places
 
 FAMILY = "keyroom"
 

@@ -403,7 +403,9 @@ def room_through(observation: str, action: str) -> str | None:
         ('cellar', None, None)
     """
     move = _GO.match(action)
-    exits = next((line for line in reversed(last_paragraph(observation).splitlines()) if line.startswith("Exits: ")), None)
+    exits = next(
+        (line for line in reversed(last_paragraph(observation).splitlines()) if line.startswith("Exits: ")), None
+    )
     if move is None or exits is None:
         return None
     for phrase in exits.removeprefix("Exits: ").rstrip(".").split("; "):
