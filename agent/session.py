@@ -278,12 +278,17 @@ class EpisodeSession:
         its last reward (on tasks that declare `TaskSpec.places`, with the loop breaker and
         `agent.frontier` on): the loop rules pass over them while another choice remains. Where every
         move here leads back, those that start the shortest known way to a place not visited yet
-        (`ways_out`) are not counted."""
+        (`ways_out`) are not counted, and where no such way is known (every place mapped was visited)
+        none is: going back is then the only way on (keyroom's dead end behind a locked door, the key
+        left two rooms back)."""
         if self._places is None or not self._visited:
             return set()
         moves = self._moves_here
         back = {a for a, place in moves.items() if place in self._visited}
-        return back - self._map.ways_out(moves, self._visited) if back else back
+        if not back:
+            return back
+        out = self._map.ways_out(moves, self._visited)
+        return set() if back == set(moves) and not out else back - out
 
     def ways_out(self) -> set[str]:
         """Where every listed move leads back to a place visited since the last reward, the moves that

@@ -107,6 +107,64 @@ def test_the_frontier_explores_past_rooms_seen_and_goes_back_after_the_reward(cr
     assert "the way to a place not seen" in console.export_text()
 
 
+class DeadEnd(UserTask):
+    """The key lies in the hall, where the game starts; the locked door is in the kitchen, a dead end
+    with a vase to fiddle with."""
+
+    name = "house/deadend"
+    max_steps = 8
+    places = Places(here=_here, leads_to=_leads_to)
+
+    def reset(self, seed):
+        self.room, self.held, self.vase = "hall", False, False
+        return self.observe(self.text(), goal="Unlock the door.", actions=self.actions())
+
+    def text(self) -> str:
+        exits = "South: the kitchen." if self.room == "hall" else "North: the hall."
+        things = " A key." if self.room == "hall" and not self.held else ""
+        return f"You are in the {self.room}. {exits}{things}" + (" You hold a vase." if self.vase else "")
+
+    def actions(self) -> list[str]:
+        if self.room == "hall":
+            return ["go south"] + ([] if self.held else ["take key"])
+        return ["go north", "drop vase" if self.vase else "take vase"] + (["unlock door"] if self.held else [])
+
+    def step(self, action):
+        if action == "unlock door":
+            return self.finish("The door opens.", success=True)
+        if action in ("take key", "take vase", "drop vase"):
+            self.held = self.held or action == "take key"
+            self.vase = action == "take vase"
+            subgoals = {"key": self.held}
+            return self.proceed(self.text(), actions=self.actions(), subgoals=subgoals)
+        self.room = "kitchen" if action == "go south" else "hall"
+        return self.proceed(self.text(), actions=self.actions(), subgoals={"key": self.held})
+
+
+def test_where_every_place_mapped_was_visited_going_back_is_not_passed_over(crl_home):
+    """In the kitchen, a dead end, every place the episode knows was visited: the move back is the
+    only way on, so it is not counted as tried and the model's liking for it beats the vase; before,
+    the loop rules kept the agent fiddling with the vase until the steps ran out."""
+    scores = {
+        "go south": 1.0,
+        "go north": 0.6,
+        "take vase": 0.5,
+        "drop vase": 0.5,
+        "take key": -1.0,
+        "unlock door": 1.0,
+    }
+    model = ScriptedModel(lambda messages: json.dumps(scores))
+    registry._TASKS[DeadEnd.name] = DeadEnd.spec()
+    try:
+        episode = start_run(settings_for(crl_home, frontier=True), DeadEnd.name, 1, model=model).episodes[0]
+    finally:
+        registry._TASKS.pop(DeadEnd.name, None)
+    assert [s.action for s in episode.steps] == ["go south", "go north", "take key", "go south", "unlock door"]
+    assert episode.success
+    in_kitchen = episode.steps[1].extra.policy.posterior
+    assert "revisits" not in in_kitchen and "ways_out" not in in_kitchen
+
+
 def test_places_of_reads_the_declaration():
     assert places_of(KeyHouse.name) is None  # not registered outside the fixture
     assert places_of("twx/coin").here is room_of and places_of("keyroom/compound").here is room_here
