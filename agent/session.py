@@ -121,6 +121,7 @@ class EpisodeSession:
         self._changed_since_reward: set[str] = set()
         self._visited: set[str] = set()
         self._place_here: str | None = None
+        self._acted_here = False
         self._moves_here: dict[str, str] = {}
         self._opened_ways: dict[str, str] = {}
         self._map = PlaceMap()
@@ -278,9 +279,10 @@ class EpisodeSession:
         its last reward (on tasks that declare `TaskSpec.places`, with the loop breaker and
         `agent.frontier` on): the loop rules pass over them while another choice remains. Where every
         move here leads back, those that start the shortest known way to a place not visited yet
-        (`ways_out`) are not counted, and where no such way is known (every place mapped was visited)
-        none is: going back is then the only way on (keyroom's dead end behind a locked door, the key
-        left two rooms back)."""
+        (`ways_out`) are not counted. Where no such way is known (every place mapped was visited) and
+        the agent has already acted once in this place, none is: going back is then the only way on
+        (keyroom's dead end behind a locked door, the key left two rooms back). The first action in
+        a place still comes before a move back (the coin the agent has just found)."""
         if self._places is None or not self._visited:
             return set()
         moves = self._moves_here
@@ -288,7 +290,7 @@ class EpisodeSession:
         if not back:
             return back
         out = self._map.ways_out(moves, self._visited)
-        return set() if back == set(moves) and not out else back - out
+        return set() if back == set(moves) and not out and self._acted_here else back - out
 
     def ways_out(self) -> set[str]:
         """Where every listed move leads back to a place visited since the last reward, the moves that
@@ -321,7 +323,8 @@ class EpisodeSession:
             return
         place = self._places.here(observation.text)
         moves = self._moves(observation)
-        stayed = self.config.follow_through and place is not None and place == self._place_here
+        self._acted_here = place is not None and place == self._place_here
+        stayed = self.config.follow_through and self._acted_here
         self._opened_ways = {a: p for a, p in moves.items() if self._moves_here.get(a) != p} if stayed else {}
         self._place_here, self._moves_here = place, moves
         if place is not None:

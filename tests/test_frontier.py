@@ -142,9 +142,10 @@ class DeadEnd(UserTask):
 
 
 def test_where_every_place_mapped_was_visited_going_back_is_not_passed_over(crl_home):
-    """In the kitchen, a dead end, every place the episode knows was visited: the move back is the
-    only way on, so it is not counted as tried and the model's liking for it beats the vase; before,
-    the loop rules kept the agent fiddling with the vase until the steps ran out."""
+    """In the kitchen, a dead end, every place the episode knows was visited. The first action there
+    still comes before the move back (the vase), but after it the move back is the only way on: it
+    is not counted as tried, and the model's liking for it beats the vase. Before, the loop rules
+    kept the agent fiddling with the vase until the steps ran out."""
     scores = {
         "go south": 1.0,
         "go north": 0.6,
@@ -159,10 +160,11 @@ def test_where_every_place_mapped_was_visited_going_back_is_not_passed_over(crl_
         episode = start_run(settings_for(crl_home, frontier=True), DeadEnd.name, 1, model=model).episodes[0]
     finally:
         registry._TASKS.pop(DeadEnd.name, None)
-    assert [s.action for s in episode.steps] == ["go south", "go north", "take key", "go south", "unlock door"]
-    assert episode.success
-    in_kitchen = episode.steps[1].extra.policy.posterior
-    assert "revisits" not in in_kitchen and "ways_out" not in in_kitchen
+    actions = ["go south", "take vase", "go north", "take key", "go south", "unlock door"]
+    assert [s.action for s in episode.steps] == actions and episode.success
+    arrived, acted = (episode.steps[i].extra.policy.posterior for i in (1, 2))
+    assert arrived["revisits"] == ["go north"]
+    assert "revisits" not in acted and "ways_out" not in acted
 
 
 def test_places_of_reads_the_declaration():
