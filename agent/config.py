@@ -223,8 +223,9 @@ class AgentSettings(BaseModel):
     frontier: bool = Field(
         True,
         description="With the loop breaker, pass over moves back to a place visited since the episode's last reward "
-        "while another choice remains, on tasks that name their places (TaskSpec.places: TextWorldExpress); where "
-        "every move leads back, the one that starts the shortest known way to a place not seen yet is not passed over.",
+        "or sub-goal while another choice remains, on tasks that name their places (TaskSpec.places: TextWorldExpress, "
+        "keyroom); where every move leads back, the one that starts the shortest known way to a place not seen yet is "
+        "not passed over, and where no such way is known none is once the agent has acted in the place.",
     )
     undos: bool = Field(
         True,
