@@ -35,11 +35,10 @@ from crl.tasks.keyroom_world import (
     apply_action,
     describe,
     generate_world,
-    room_here,
     room_through,
     situation,
 )
-from crl.tasks.places import Places
+from crl.tasks.places import Places, room_of
 
 FAMILY = "keyroom"
 
@@ -293,7 +292,7 @@ SPECS: tuple[TaskSpec, ...] = tuple(
         subtasks={skill: f"{FAMILY}/{skill}" for skill in SUBGOAL_ORDER if skill != _variant.name},
         action_role=action_role,
         situation=situation,
-        places=Places(here=room_here, leads_to=room_through),
+        places=Places(here=room_of, leads_to=room_through),
     )
     for _variant in VARIANTS.values()
 )

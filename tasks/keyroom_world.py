@@ -11,7 +11,6 @@ the next state with the game's feedback, which is what the environment and the s
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass, replace
 
 from crl.tasks.situations import last_paragraph
@@ -354,16 +353,25 @@ def action_role(observation: str, action: str) -> str | None:
             return f"{words[0]} the key"
         if words[:3] == ["unlock", "door", "with"]:
             return "unlock door with the key"
+    exit_phrase = _listed_exit(observation, action)
+    if exit_phrase is None or not exit_phrase.startswith(f"{words[1]} through the open "):
+        return None
+    in_chest_room = any(" chest stands here." in line for line in observation.splitlines())
+    return LEAVE_CHEST_ROLE if in_chest_room else OPEN_DOOR_ROLE
+
+
+def _listed_exit(observation: str, action: str) -> str | None:
+    """The phrase of the last "Exits:" line `describe` wrote for the direction of a move `action`
+    ("east through the open oak door to the attic"); None for any other action or no such exit."""
+    words = action.lower().split()
     if len(words) != 2 or words[0] != "go" or words[1] not in DIRECTIONS:
         return None
     exits = next((line for line in reversed(observation.splitlines()) if line.startswith("Exits: ")), None)
     if exits is None:
         return None
-    for phrase in exits.removeprefix("Exits: ").rstrip(".").split("; "):
-        if phrase.startswith(f"{words[1]} through the open "):
-            in_chest_room = any(" chest stands here." in line for line in observation.splitlines())
-            return LEAVE_CHEST_ROLE if in_chest_room else OPEN_DOOR_ROLE
-    return None
+    return next(
+        (p for p in exits.removeprefix("Exits: ").rstrip(".").split("; ") if p.startswith(f"{words[1]} ")), None
+    )
 
 
 def situation(observation: str) -> str:
@@ -378,21 +386,6 @@ def situation(observation: str) -> str:
     return last_paragraph(observation)
 
 
-_ROOM_LINE = re.compile(r"^You are in the ([^.]+)\.$", re.M)
-_GO = re.compile(r"^go (north|south|east|west)$")
-
-
-def room_here(observation: str) -> str | None:
-    r"""The room `describe` puts the player in ("You are in the cellar." -> cellar), or None.
-
-    Example:
-        >>> room_here("You go north.\n\nYou are in the cellar.\nExits: south to the hall.")
-        'cellar'
-    """
-    found = _ROOM_LINE.search(last_paragraph(observation))
-    return found.group(1) if found else None
-
-
 def room_through(observation: str, action: str) -> str | None:
     r"""The room a listed move leads to, as the last "Exits:" line names it: a plain exit or one
     through the open door; None for any other action and behind a door that is not open.
@@ -402,13 +395,5 @@ def room_through(observation: str, action: str) -> str | None:
         >>> room_through(text, "go north"), room_through(text, "go east"), room_through(text, "look")
         ('cellar', None, None)
     """
-    move = _GO.match(action)
-    exits = next(
-        (line for line in reversed(last_paragraph(observation).splitlines()) if line.startswith("Exits: ")), None
-    )
-    if move is None or exits is None:
-        return None
-    for phrase in exits.removeprefix("Exits: ").rstrip(".").split("; "):
-        if phrase.startswith(f"{move.group(1)} ") and " to the " in phrase:
-            return phrase.rsplit(" to the ", 1)[1]
-    return None
+    exit_phrase = _listed_exit(observation, action)
+    return exit_phrase.rsplit(" to the ", 1)[1] if exit_phrase and " to the " in exit_phrase else None

@@ -9,8 +9,11 @@ be in a room already seen (TextWorldExpress's twc: bring a shirt back to the lau
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from crl.tasks.situations import last_paragraph
 
 
 @dataclass(frozen=True)
@@ -29,3 +32,13 @@ def places_of(task: str) -> Places | None:
 
     spec = find_task(task)
     return spec.places if spec else None
+
+
+_ROOM = re.compile(r"^You are in the ([^.]+)\.")
+
+
+def room_of(observation: str) -> str | None:
+    """The room the observation's description puts the player in, where it opens "You are in the
+    kitchen." (TextWorldExpress, keyroom) -> kitchen; None otherwise."""
+    found = _ROOM.match(last_paragraph(observation))
+    return found.group(1) if found else None

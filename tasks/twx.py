@@ -47,7 +47,7 @@ from typing import Any
 from crl.tasks.base import Observation, SeedFolds, StepOutcome, TaskSpec
 from crl.tasks.game_identity import digest
 from crl.tasks.java_engine import EngineError, JavaEngine, import_suite, invalid_feedback, match_action, shutdown_java
-from crl.tasks.places import Places
+from crl.tasks.places import Places, room_of
 from crl.tasks.situations import last_paragraph
 
 FAMILY = "twx"
@@ -259,14 +259,7 @@ def with_room(reply: str, look: str) -> str:
 LOOKING = ("look around", "inventory")
 """Actions that only describe (the room, what the player holds) and change nothing in any game."""
 
-_ROOM = re.compile(r"^You are in the ([^.]+)\.")
 _MOVE = re.compile(r"^move (north|south|east|west)$")
-
-
-def room_of(observation: str) -> str | None:
-    """The room the observation's description puts the player in ("You are in the kitchen." -> kitchen)."""
-    found = _ROOM.match(last_paragraph(observation))
-    return found.group(1) if found else None
 
 
 def room_beyond(observation: str, action: str) -> str | None:

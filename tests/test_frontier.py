@@ -12,7 +12,7 @@ import pytest
 from crl.agent.app import start_run
 from crl.agent.llm.scripted import ScriptedModel
 from crl.tasks import registry
-from crl.tasks.keyroom_world import room_here, room_through
+from crl.tasks.keyroom_world import room_through
 from crl.tasks.places import Places, places_of
 from crl.tasks.twx import room_beyond, room_of
 from crl.tasks.user_task import UserTask
@@ -169,7 +169,7 @@ def test_where_every_place_mapped_was_visited_going_back_is_not_passed_over(crl_
 
 def test_places_of_reads_the_declaration():
     assert places_of(KeyHouse.name) is None  # not registered outside the fixture
-    assert places_of("twx/coin").here is room_of and places_of("keyroom/compound").here is room_here
+    assert places_of("twx/coin").here is room_of and places_of("keyroom/compound").here is room_of
     assert places_of("sciworld/boil") is None  # ScienceWorld names no places
 
 
@@ -179,10 +179,10 @@ def test_keyroom_names_the_room_and_the_exits_open_to_it():
         "Exits: east through the open iron door to the workshop; south to the gallery; west through a locked oak door.\n"
         "You are carrying a copper key."
     )
-    assert room_here(text) == "armoury"
+    assert room_of(text) == "armoury"
     assert room_through(text, "go east") == "workshop" and room_through(text, "go south") == "gallery"
     assert room_through(text, "go west") is None and room_through(text, "go north") is None
-    assert room_through(text, "take red candle") is None and room_here("Nothing happens.") is None
+    assert room_through(text, "take red candle") is None and room_of("Nothing happens.") is None
 
 
 def test_a_sub_goal_reached_without_reward_opens_the_rooms_seen_again(crl_home, house):
