@@ -522,7 +522,7 @@ class EpisodeSession:
             thing = thing_acted_on(action)
             for earned in [a for a in self._earned if thing_acted_on(a) == thing]:
                 del self._earned[earned]
-        if step.reward <= 0 and reached_subgoals(info) - reached_subgoals({"subgoals": self.episode.subgoals}):
+        if step.reward <= 0 and self._new_subgoals(info):
             self._visited.clear()  # a sub-goal reached is progress too (keyroom: the key, then the door)
         self._visit(obs)
         subgoals = info.get("subgoals")
@@ -540,8 +540,13 @@ class EpisodeSession:
             return False
         if last_paragraph(obs.text) != last_paragraph(self.observation.text):
             return False
+        return not self._new_subgoals(info)
+
+    def _new_subgoals(self, info: dict) -> set[str]:
+        """Sub-goals a step's `info` reports reached that were neither reached before it nor given
+        by the task (`keyroom/door` starts with the key)."""
         before_step = reached_subgoals({"subgoals": self.episode.subgoals}) | set(given_subgoals(self.episode.task))
-        return reached_subgoals(info) <= before_step
+        return reached_subgoals(info) - before_step
 
     def _check_guards(self, step: Step) -> None:
         if step.done:
